@@ -1,0 +1,37 @@
+# The README's two commands: `make demo` and `make test`. Each installs missing Debian packages,
+# configures (Release, ccache) and builds what it needs with all cores.
+#   make test SANITIZE=1   builds the tests with ASan+UBSan in build-asan/ and runs them.
+#   make bench             builds and runs every benchmark (each prints JSON).
+
+JOBS  ?= $(shell nproc)
+ifeq ($(SANITIZE),1)
+BUILD ?= build-asan
+CMAKE_FLAGS += -DTROUPE_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
+else
+BUILD ?= build
+CMAKE_FLAGS += -DCMAKE_BUILD_TYPE=Release
+endif
+
+.PHONY: deps configure build demo test bench clean
+
+deps:
+	@scripts/install-deps.sh
+
+configure: deps
+	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >$(BUILD).configure.log 2>&1 || { cat $(BUILD).configure.log; exit 1; }
+
+build: configure
+	@cmake --build $(BUILD) -j$(JOBS)
+
+demo: configure
+	@cmake --build $(BUILD) -j$(JOBS) --target demo
+	@scripts/demo.sh $(BUILD)
+
+test: build
+	@cd $(BUILD) && ctest --output-on-failure --timeout 600 -j$(JOBS)
+
+bench: build
+	@scripts/bench.sh $(BUILD)
+
+clean:
+	rm -rf build build-asan build.configure.log build-asan.configure.log

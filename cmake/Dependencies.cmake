@@ -1,0 +1,30 @@
+# Finds every dependency troupe builds against. All are Debian 12 packages
+# (scripts/install-deps.sh installs them); CUDA/NCCL are handled in Cuda.cmake.
+find_package(Threads REQUIRED)
+
+# CAF 0.17: Debian ships no CMake package.
+find_path(CAF_INCLUDE_DIR caf/all.hpp REQUIRED)
+find_library(CAF_CORE_LIB caf_core REQUIRED)
+find_library(CAF_IO_LIB caf_io REQUIRED)
+add_library(troupe_caf INTERFACE)
+add_library(troupe::caf ALIAS troupe_caf)
+target_include_directories(troupe_caf SYSTEM INTERFACE ${CAF_INCLUDE_DIR})
+target_link_libraries(troupe_caf INTERFACE ${CAF_IO_LIB} ${CAF_CORE_LIB} Threads::Threads)
+
+find_package(ucx REQUIRED)                       # ucx::ucp ucx::ucs
+find_package(msgpack REQUIRED)                   # msgpackc-cxx (header-only)
+find_package(Boost 1.74 REQUIRED)                # Asio / Beast, header-only
+find_package(SQLite3 REQUIRED)
+find_package(doctest REQUIRED)
+find_package(CLI11 REQUIRED)
+find_package(nlohmann_json REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(tomlplusplus REQUIRED)
+
+# libtorch is only needed by actors/, rl/ and kernels' adapters; found lazily there via
+# troupe_find_torch() so configuring the rest stays fast.
+macro(troupe_find_torch)
+  if(NOT TARGET torch)
+    find_package(Torch REQUIRED)
+  endif()
+endmacro()

@@ -1,0 +1,34 @@
+include(${doctest_DIR}/doctest.cmake)   # doctest_discover_tests
+
+# One library per top-level module: troupe_add_module(<name> SOURCES ... DEPS ...)
+# creates troupe_<name> (alias troupe::<name>) with <module>/include as its public include dir.
+function(troupe_add_module name)
+  cmake_parse_arguments(M "" "" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
+  add_library(troupe_${name} ${M_SOURCES})
+  add_library(troupe::${name} ALIAS troupe_${name})
+  target_include_directories(troupe_${name} PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/include
+                                            PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
+  target_link_libraries(troupe_${name} PUBLIC ${M_PUBLIC_DEPS} PRIVATE ${M_PRIVATE_DEPS})
+endfunction()
+
+# Test binaries are few and grouped (one per module): troupe_add_tests(<name> SOURCES ... LIBS ...)
+# builds tests/<name> with doctest's main and registers each TEST_CASE with ctest.
+function(troupe_add_tests name)
+  cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS" ${ARGN})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 120)
+  endif()
+  add_executable(${name} ${CMAKE_SOURCE_DIR}/tests/doctest_main.cpp ${T_SOURCES})
+  target_link_libraries(${name} PRIVATE doctest::doctest ${T_LIBS})
+  target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/tests)
+  doctest_discover_tests(${name} PROPERTIES TIMEOUT ${T_TIMEOUT})
+endfunction()
+
+# Benchmarks land in build/bench/: troupe_add_bench(<name> SOURCES ... LIBS ...)
+function(troupe_add_bench name)
+  cmake_parse_arguments(B "" "" "SOURCES;LIBS" ${ARGN})
+  add_executable(bench_${name} ${B_SOURCES})
+  set_target_properties(bench_${name} PROPERTIES OUTPUT_NAME ${name}
+                        RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bench)
+  target_link_libraries(bench_${name} PRIVATE ${B_LIBS})
+endfunction()
