@@ -1,0 +1,180 @@
+// ActorRef<T>: a handle to one actor, named by id (not by thread or process). Calls through it are
+// encoded with msgpack, answered one at a time in submission order, and resolve a Future.
+// ActorGroup<T>: n actors of one type, called together. Both are cheap to copy and thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "troupe/codec.hpp"
+#include "troupe/future.hpp"
+#include "troupe/registry.hpp"
+
+namespace troupe {
+
+namespace detail {
+class ActorCell;
+// Sends one call; the reply, a failure or the deadline completes `state`. Never throws.
+void submit_call(const std::shared_ptr<ActorCell>& cell, const char* method, Payload args,
+                 std::shared_ptr<StateBase> state, std::chrono::nanoseconds timeout);
+std::uint64_t cell_id(const ActorCell& cell);
+const std::string& cell_label(const ActorCell& cell);
+const std::string& cell_type(const ActorCell& cell);       // the registered type name
+std::shared_ptr<ActorCell> find_cell(std::uint64_t id);   // in this process's runtime, or null
+
+// The argument as the method's parameter type P: by reference when it already is one.
+template <class P, class A>
+decltype(auto) as_param(A&& a) {
+  if constexpr (std::is_same_v<std::decay_t<A>, P>) return (a); else return P(std::forward<A>(a));
+}
+template <class... P, class... A>
+Payload encode_as(std::tuple<P...>*, A&&... args) {
+  return encode_args(as_param<P>(std::forward<A>(args))...);
+}
+}  // namespace detail
+
+template <class T>
+class ActorRef {
+ public:
+  ActorRef() = default;
+  explicit ActorRef(std::shared_ptr<detail::ActorCell> cell) : cell_(std::move(cell)) {}
+
+  bool valid() const noexcept { return cell_ != nullptr; }
+  std::uint64_t id() const { return detail::cell_id(*cell_); }
+  const std::string& label() const { return detail::cell_label(*cell_); }   // "Counter#3"
+
+  // The same actor, with a deadline on each call made through the copy.
+  ActorRef with_timeout(std::chrono::milliseconds t) const { ActorRef r = *this; r.timeout_ = t; return r; }
+
+  // Calls a method registered with TROUPE_ACTOR. Arguments convert to the declared parameter
+  // types; an unregistered method or unencodable argument fails the future (BadArguments).
+  template <class M, class... A>
+  auto call(M method, A&&... args) const {
+    using Tr = detail::MethodTraits<M>;
+    static_assert(std::is_base_of_v<typename Tr::Class, T>, "method of another class");
+    static_assert(sizeof...(A) == Tr::arity, "wrong number of arguments for this method");
+    using R = typename Tr::Result;
+    const char* name = detail::method_name<T>(method);
+    if (name == nullptr) {
+      return make_error_future<R>(Error{ErrorCode::BadArguments, "method not registered with TROUPE_ACTOR"});
+    }
+    Payload p;
+    try {
+      p = detail::encode_as(static_cast<typename Tr::Values*>(nullptr), std::forward<A>(args)...);
+    } catch (const std::exception& e) {
+      return make_error_future<R>(Error{ErrorCode::BadArguments, e.what()});
+    }
+    return call_encoded<R>(name, std::move(p));
+  }
+
+  // Calls a method by name with already-chosen argument types (for dynamic callers: CLIs, tests,
+  // other languages). A type mismatch is found by the actor and fails the future (BadArguments).
+  template <class R, class... A>
+  Future<R> call_by_name(const std::string& method, const A&... args) const {
+    return call_encoded<R>(method.c_str(), encode_args(args...));
+  }
+
+  // Sends pre-encoded arguments. `method` must stay valid only for the duration of the call.
+  template <class R>
+  Future<R> call_encoded(const char* method, Payload args) const {
+    Promise<R> p;
+    detail::submit_call(cell_, method, std::move(args), p.state(), timeout_);
+    return p.future();
+  }
+
+  const std::shared_ptr<detail::ActorCell>& cell() const { return cell_; }
+  friend bool operator==(const ActorRef& a, const ActorRef& b) { return a.cell_ == b.cell_; }
+
+ private:
+  std::shared_ptr<detail::ActorCell> cell_;
+  std::chrono::nanoseconds timeout_{0};
+};
+
+template <class T>
+class ActorGroup {
+ public:
+  ActorGroup() = default;
+  explicit ActorGroup(std::vector<ActorRef<T>> members) : members_(std::move(members)) {}
+
+  std::size_t size() const { return members_.size(); }
+  const ActorRef<T>& operator[](std::size_t i) const { return members_.at(i); }
+  const std::vector<ActorRef<T>>& members() const { return members_; }
+  auto begin() const { return members_.begin(); }
+  auto end() const { return members_.end(); }
+
+  // The same call on every member; results indexed by member (Future<void> for void methods).
+  template <class M, class... A>
+  auto call_all(M method, const A&... args) const {
+    using R = typename detail::MethodTraits<M>::Result;
+    std::vector<Future<R>> fs;
+    fs.reserve(members_.size());
+    for (auto& m : members_) fs.push_back(m.call(method, args...));
+    return when_all(std::move(fs));
+  }
+
+  // Member i receives shards[i] as the method's one argument; shards.size() must equal size().
+  template <class M, class S>
+  auto scatter(M method, std::vector<S> shards) const {
+    using R = typename detail::MethodTraits<M>::Result;
+    using Out = decltype(when_all(std::vector<Future<R>>{}));
+    if (shards.size() != members_.size()) {
+      return Out(make_error_future<typename Out::value_type>(Error{ErrorCode::BadArguments,
+          "scatter: " + std::to_string(shards.size()) + " shards for " + std::to_string(members_.size()) + " members"}));
+    }
+    std::vector<Future<R>> fs;
+    fs.reserve(members_.size());
+    for (std::size_t i = 0; i < members_.size(); ++i) fs.push_back(members_[i].call(method, std::move(shards[i])));
+    return when_all(std::move(fs));
+  }
+
+ private:
+  std::vector<ActorRef<T>> members_;
+};
+
+}  // namespace troupe
+
+// --- msgpack adaptor: an ActorRef travels as its actor id -----------------------------------------
+namespace msgpack {
+MSGPACK_API_VERSION_NAMESPACE(MSGPACK_DEFAULT_API_NS) {
+namespace adaptor {
+
+template <class T>
+struct pack<troupe::ActorRef<T>> {
+  template <class Stream>
+  packer<Stream>& operator()(packer<Stream>& o, const troupe::ActorRef<T>& r) const {
+    std::uint64_t id = r.valid() ? r.id() : 0;
+    char b[8];
+    for (int i = 0; i < 8; ++i) b[i] = static_cast<char>((id >> (8 * i)) & 0xff);
+    o.pack_ext(8, troupe::detail::kActorRefExt);
+    o.pack_ext_body(b, 8);
+    return o;
+  }
+};
+
+template <class T>
+struct convert<troupe::ActorRef<T>> {
+  const msgpack::object& operator()(const msgpack::object& o, troupe::ActorRef<T>& r) const {
+    if (o.type != msgpack::type::EXT || o.via.ext.type() != troupe::detail::kActorRefExt || o.via.ext.size != 8) {
+      throw troupe::DecodeError("expected an actor reference");
+    }
+    std::uint64_t id = 0;
+    for (int i = 0; i < 8; ++i) id |= std::uint64_t(std::uint8_t(o.via.ext.data()[i])) << (8 * i);
+    if (id == 0) { r = troupe::ActorRef<T>(); return o; }
+    auto cell = troupe::detail::find_cell(id);
+    if (!cell) throw troupe::DecodeError("unknown actor id " + std::to_string(id));
+    if (troupe::detail::cell_type(*cell) != troupe::detail::ActorTraits<T>::name()) {
+      throw troupe::DecodeError("actor " + std::to_string(id) + " is a " + troupe::detail::cell_type(*cell));
+    }
+    r = troupe::ActorRef<T>(std::move(cell));
+    return o;
+  }
+};
+
+}  // namespace adaptor
+}  // MSGPACK_API_VERSION_NAMESPACE
+}  // namespace msgpack

@@ -1,0 +1,96 @@
+// The shared state behind a Future: completed exactly once, with a value or an Error.
+// Thread-safe: any thread may complete it, wait on it or attach callbacks.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "troupe/codec.hpp"
+#include "troupe/error.hpp"
+
+namespace troupe::detail {
+
+struct Unit {};   // the stored value of a void future
+template <class T>
+using Stored = std::conditional_t<std::is_void_v<T>, Unit, T>;
+
+class StateBase {
+ public:
+  StateBase() = default;
+  StateBase(const StateBase&) = delete;
+  StateBase& operator=(const StateBase&) = delete;
+  virtual ~StateBase() = default;
+
+  bool ready() const noexcept { return status_.load(std::memory_order_acquire) >= kValue; }
+  bool has_error() const noexcept { return status_.load(std::memory_order_acquire) == kError; }
+  const Error& error() const { return error_; }   // valid once has_error()
+
+  void wait();
+  bool wait_until(std::chrono::steady_clock::time_point deadline);
+
+  // Fails the state unless it is already complete. Returns whether this call completed it.
+  bool fail(Error e);
+  // Completes from a call's reply bytes (decodes the value). Same return contract as fail().
+  virtual bool complete_from(const Payload& reply) = 0;
+
+  // Runs `cb` once the state completes: at once (on this thread) if it already has, else on
+  // the completing thread. Callbacks must be short and must not block.
+  void on_ready(std::function<void()> cb);
+
+ protected:
+  static constexpr int kPending = 0, kCompleting = 1, kValue = 2, kError = 3;
+  bool begin_complete() noexcept {
+    int expected = kPending;
+    return status_.compare_exchange_strong(expected, kCompleting, std::memory_order_acq_rel);
+  }
+  void finish_complete(int status);
+
+ private:
+  std::atomic<int> status_{kPending};
+  Error error_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int waiters_ = 0;
+  std::vector<std::function<void()>> callbacks_;
+};
+
+template <class T>
+class State final : public StateBase {
+ public:
+  using Value = Stored<T>;
+
+  bool set_value(Value v) {
+    if (!begin_complete()) return false;
+    value_.emplace(std::move(v));
+    finish_complete(kValue);
+    return true;
+  }
+
+  bool complete_from(const Payload& reply) override {
+    if constexpr (std::is_void_v<T>) {
+      return set_value(Unit{});
+    } else {
+      Value v;
+      try {
+        v = decode_value<Value>(reply);
+      } catch (const std::exception& e) {
+        return fail(Error{ErrorCode::BadArguments, std::string("result did not decode: ") + e.what()});
+      }
+      return set_value(std::move(v));
+    }
+  }
+
+  Value& value() { return *value_; }   // valid once ready() && !has_error()
+
+ private:
+  std::optional<Value> value_;
+};
+
+}  // namespace troupe::detail

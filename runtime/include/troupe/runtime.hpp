@@ -1,0 +1,103 @@
+// The Runtime owns one actor system per process: it spawns, kills and shuts down actors.
+// troupe::init(argc, argv) builds one from flags and TROUPE_* environment variables.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "troupe/actor_ref.hpp"
+#include "troupe/options.hpp"
+#include "troupe/registry.hpp"
+
+namespace troupe {
+
+// Flags (highest precedence), then environment, then these defaults.
+struct RuntimeConfig {
+  int threads = 0;                            // --troupe-threads / TROUPE_THREADS: scheduler threads (0 = cores)
+  std::string log_level = "warn";             // --troupe-log-level / TROUPE_LOG_LEVEL: trace..off
+  std::chrono::milliseconds call_timeout{0};  // --troupe-call-timeout-ms / TROUPE_CALL_TIMEOUT_MS: 0 = none
+
+  // Reads the TROUPE_* environment. Throws std::invalid_argument naming the bad variable.
+  static RuntimeConfig from_env();
+  // Applies --troupe-* flags over `base`; leaves every other argument alone. Throws
+  // std::invalid_argument naming the bad flag.
+  static RuntimeConfig from_args(int argc, const char* const* argv, RuntimeConfig base);
+};
+
+namespace detail {
+class RuntimeImpl;
+std::shared_ptr<ActorCell> spawn_actor(RuntimeImpl& rt, const ActorTypeInfo& type, Factory factory,
+                                       Payload ctor_args, const Options& opts);
+void kill_actor(RuntimeImpl& rt, const std::shared_ptr<ActorCell>& cell);
+}  // namespace detail
+
+class Runtime {
+ public:
+  // Starts a runtime. Only one may be live per process at a time (throws std::logic_error).
+  static Runtime create(RuntimeConfig config = {});
+
+  Runtime(Runtime&&) noexcept;
+  Runtime& operator=(Runtime&&) noexcept;
+  ~Runtime();   // shutdown()
+
+  // Starts an actor of a TROUPE_ACTOR-registered type; its constructor runs on the actor's own
+  // thread with `args` (msgpack-encoded, so the same spawn works for a worker process). Returns
+  // at once; calls made before the constructor finishes queue behind it. If the constructor
+  // throws, every call fails with ActorDied naming the exception.
+  template <class T, class... A>
+  ActorRef<T> spawn(const Options& opts, A&&... args);
+  template <class T>
+  ActorRef<T> spawn() { return spawn<T>(Options{}); }
+
+  // n actors of one type, each constructed with the same arguments.
+  template <class T, class... A>
+  ActorGroup<T> spawn_group(std::size_t n, const Options& opts, const A&... args);
+
+  // Stops the actor: its pending and queued calls fail with ActorDied at once; a call it is
+  // running finishes first, and its result is dropped. Idempotent.
+  template <class T>
+  void kill(const ActorRef<T>& ref) { if (ref.valid()) detail::kill_actor(*impl_, ref.cell()); }
+
+  // Stops every actor (their calls fail with ActorDied), then joins all threads. Idempotent.
+  void shutdown();
+  const RuntimeConfig& config() const;
+
+ private:
+  explicit Runtime(std::unique_ptr<detail::RuntimeImpl> impl);
+  std::unique_ptr<detail::RuntimeImpl> impl_;
+};
+
+// Builds a Runtime from argv and the environment. On a bad flag or variable it prints the
+// reason to stderr and exits with status 2.
+Runtime init(int argc, char** argv);
+
+template <class T, class... A>
+ActorRef<T> Runtime::spawn(const Options& opts, A&&... args) {
+  static_assert(detail::ActorTraits<T>::registered, "register the type with TROUPE_ACTOR(Type, methods...)");
+  static_assert(std::is_constructible_v<T, detail::wire_t<A>&&...>, "no constructor takes these arguments");
+  using Ctor = detail::CtorFactory<T, detail::wire_t<A>...>;
+  (void)Ctor::registered;
+  Payload p;
+  try {
+    p = encode_args(detail::as_param<detail::wire_t<A>>(std::forward<A>(args))...);
+  } catch (const std::exception& e) {
+    throw CallError(Error{ErrorCode::BadArguments, std::string("constructor arguments: ") + e.what()});
+  }
+  const auto* type = detail::Registry::instance().find(detail::ActorTraits<T>::name());
+  return ActorRef<T>(detail::spawn_actor(*impl_, *type, &Ctor::make, std::move(p), opts));
+}
+
+template <class T, class... A>
+ActorGroup<T> Runtime::spawn_group(std::size_t n, const Options& opts, const A&... args) {
+  std::vector<ActorRef<T>> members;
+  members.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) members.push_back(spawn<T>(opts, args...));
+  return ActorGroup<T>(std::move(members));
+}
+
+}  // namespace troupe

@@ -1,0 +1,48 @@
+#include "deadline_timer.hpp"
+
+namespace troupe::detail {
+
+DeadlineTimer::DeadlineTimer() : thread_([this] { run(); }) {}
+
+DeadlineTimer::~DeadlineTimer() { stop(); }
+
+DeadlineTimer::Key DeadlineTimer::schedule(Clock::time_point when, std::function<void()> fire) {
+  std::lock_guard lk(mu_);
+  Key key{when, next_token_++};
+  bool earliest = entries_.empty() || key < entries_.begin()->first;
+  entries_.emplace(key, std::move(fire));
+  if (earliest) cv_.notify_one();
+  return key;
+}
+
+void DeadlineTimer::cancel(const Key& key) {
+  std::lock_guard lk(mu_);
+  entries_.erase(key);
+}
+
+void DeadlineTimer::stop() {
+  {
+    std::lock_guard lk(mu_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+    entries_.clear();
+  }
+  cv_.notify_one();
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+}
+
+void DeadlineTimer::run() {
+  std::unique_lock lk(mu_);
+  while (!stopping_) {
+    if (entries_.empty()) { cv_.wait(lk); continue; }
+    auto first = entries_.begin();
+    if (Clock::now() < first->first.first) { cv_.wait_until(lk, first->first.first); continue; }
+    auto fire = std::move(first->second);
+    entries_.erase(first);
+    lk.unlock();
+    fire();
+    lk.lock();
+  }
+}
+
+}  // namespace troupe::detail

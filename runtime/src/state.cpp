@@ -1,0 +1,89 @@
+#include <memory>
+
+#include "troupe/future.hpp"
+
+namespace troupe::detail {
+namespace {
+
+// A reply often arrives within microseconds; spinning that long before sleeping saves two
+// context switches per synchronous call. Bounded, so an idle waiter costs nothing.
+constexpr int kSpinIterations = 4000;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
+
+void StateBase::wait() {
+  for (int i = 0; i < kSpinIterations; ++i) {
+    if (ready()) return;
+    cpu_relax();
+  }
+  std::unique_lock lk(mu_);
+  ++waiters_;
+  cv_.wait(lk, [&] { return ready(); });
+  --waiters_;
+}
+
+bool StateBase::wait_until(std::chrono::steady_clock::time_point deadline) {
+  if (ready()) return true;
+  std::unique_lock lk(mu_);
+  ++waiters_;
+  bool ok = cv_.wait_until(lk, deadline, [&] { return ready(); });
+  --waiters_;
+  return ok;
+}
+
+bool StateBase::fail(Error e) {
+  if (!begin_complete()) return false;
+  error_ = std::move(e);
+  finish_complete(kError);
+  return true;
+}
+
+void StateBase::finish_complete(int status) {
+  std::vector<std::function<void()>> cbs;
+  bool wake;
+  {
+    std::lock_guard lk(mu_);
+    status_.store(status, std::memory_order_release);
+    cbs.swap(callbacks_);
+    wake = waiters_ > 0;
+  }
+  if (wake) cv_.notify_all();
+  for (auto& cb : cbs) cb();
+}
+
+void StateBase::on_ready(std::function<void()> cb) {
+  {
+    std::lock_guard lk(mu_);
+    if (!ready()) { callbacks_.push_back(std::move(cb)); return; }
+  }
+  cb();
+}
+
+std::size_t wait_any_state(const std::vector<StateBase*>& states) {
+  if (states.empty()) return 0;
+  for (std::size_t i = 0; i < states.size(); ++i) if (states[i]->ready()) return i;
+  struct Latch {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool fired = false;
+  };
+  auto latch = std::make_shared<Latch>();
+  for (auto* s : states) {
+    s->on_ready([latch] {
+      { std::lock_guard lk(latch->mu); latch->fired = true; }
+      latch->cv.notify_all();
+    });
+  }
+  std::unique_lock lk(latch->mu);
+  latch->cv.wait(lk, [&] { return latch->fired; });
+  for (std::size_t i = 0; i < states.size(); ++i) if (states[i]->ready()) return i;
+  return 0;   // unreachable: the latch fires only after a state completed
+}
+
+}  // namespace troupe::detail

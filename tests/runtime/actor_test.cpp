@@ -1,0 +1,232 @@
+// The in-process actor core: ordering, concurrency, errors as values, kill, timeouts, shutdown.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "test_actors.hpp"
+
+TROUPE_ACTOR(Counter, add, get, log_calls, sleep_ms, fail);
+TROUPE_ACTOR(Broken, ping);
+TROUPE_ACTOR(Tracked, ping, sleep_ms);
+
+// Calls another actor from inside a method.
+struct Relay {
+  int forward(troupe::ActorRef<Counter> c, int k) { return c.call(&Counter::add, k).get(); }
+};
+TROUPE_ACTOR(Relay, forward);
+
+struct TensorSink {
+  std::uintptr_t address(troupe::TensorView t) { return reinterpret_cast<std::uintptr_t>(t.data); }
+  float read(troupe::TensorView t, int i) { return t.data_as<float>()[i]; }
+  troupe::TensorView scale_first(troupe::TensorView t, float k) { t.data_as<float>()[0] *= k; return t; }
+};
+TROUPE_ACTOR(TensorSink, address, read, scale_first);
+
+using namespace std::chrono_literals;
+using troupe::ErrorCode;
+
+namespace {
+troupe::Runtime make_runtime() { return troupe::Runtime::create(troupe::RuntimeConfig{}); }
+}  // namespace
+
+TEST_CASE("a call returns the method's result") {
+  auto rt = make_runtime();
+  auto c = rt.spawn<Counter>(troupe::Options{}, 10);
+  CHECK(c.call(&Counter::add, 5).get() == 15);
+  CHECK(c.call(&Counter::get).get() == 15);
+}
+
+TEST_CASE("calls to one actor are answered in order") {
+  auto rt = make_runtime();
+  auto c = rt.spawn<Counter>(troupe::Options{});
+  std::vector<troupe::Future<std::vector<int>>> fs;
+  for (int i = 0; i < 500; ++i) fs.push_back(c.call(&Counter::log_calls, i));
+  auto last = fs.back().get();
+  REQUIRE(last.size() == 500);
+  for (int i = 0; i < 500; ++i) CHECK(last[i] == i);
+  // Each future saw exactly the calls submitted before it.
+  for (int i = 0; i < 500; i += 97) CHECK(fs[i].get().size() == std::size_t(i + 1));
+}
+
+TEST_CASE("10,000 concurrent calls across 8 actors are all answered") {
+  auto rt = make_runtime();
+  auto group = rt.spawn_group<Counter>(8, troupe::Options{});
+  std::vector<troupe::Future<int>> fs;
+  std::vector<std::thread> callers;
+  std::mutex mu;
+  for (int t = 0; t < 4; ++t) {
+    callers.emplace_back([&, t] {
+      std::vector<troupe::Future<int>> mine;
+      for (int i = 0; i < 2500; ++i) mine.push_back(group[(t * 2500 + i) % 8].call(&Counter::add, 1));
+      std::lock_guard lk(mu);
+      for (auto& f : mine) fs.push_back(f);
+    });
+  }
+  for (auto& t : callers) t.join();
+  REQUIRE(fs.size() == 10000);
+  for (auto& f : fs) CHECK(f.wait_for(30s));
+  int total = 0;
+  for (std::size_t i = 0; i < 8; ++i) total += group[i].call(&Counter::get).get();
+  CHECK(total == 10000);
+}
+
+TEST_CASE("an exception thrown by a method fails the future with MethodFailed") {
+  auto rt = make_runtime();
+  auto c = rt.spawn<Counter>(troupe::Options{});
+  auto r = c.call(&Counter::fail, std::string("bad input")).result();
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code == ErrorCode::MethodFailed);
+  CHECK(r.error().message.find("bad input") != std::string::npos);
+  CHECK_THROWS_AS(c.call(&Counter::fail, std::string("x")).get(), troupe::CallError);
+  // The actor survives its method's exception.
+  CHECK(c.call(&Counter::add, 1).get() == 1);
+}
+
+TEST_CASE("arguments that do not decode fail with BadArguments") {
+  auto rt = make_runtime();
+  auto c = rt.spawn<Counter>(troupe::Options{});
+  auto wrong_type = c.call_by_name<int>("add", std::string("not an int")).result();
+  REQUIRE_FALSE(wrong_type.ok());
+  CHECK(wrong_type.error().code == ErrorCode::BadArguments);
+  auto wrong_arity = c.call_by_name<int>("add", 1, 2).result();
+  CHECK(wrong_arity.error().code == ErrorCode::BadArguments);
+  auto no_method = c.call_by_name<int>("nope", 1).result();
+  CHECK(no_method.error().code == ErrorCode::BadArguments);
+  troupe::Payload garbage;
+  garbage.bytes = {char(0xc1)};   // a byte msgpack never uses
+  auto raw = c.call_encoded<int>("add", garbage).result();
+  CHECK(raw.error().code == ErrorCode::BadArguments);
+  auto truncated = troupe::encode_args(std::string(100, 'x'));
+  truncated.bytes.resize(10);
+  CHECK(c.call_encoded<int>("fail", truncated).result().error().code == ErrorCode::BadArguments);
+  CHECK(c.call(&Counter::add, 2).get() == 2);   // still healthy
+}
+
+TEST_CASE("a result of the wrong type fails with BadArguments") {
+  auto rt = make_runtime();
+  auto c = rt.spawn<Counter>(troupe::Options{});
+  auto r = c.call_by_name<std::string>("add", 1).result();
+  CHECK(r.error().code == ErrorCode::BadArguments);
+}
+
+TEST_CASE("futures of a killed actor fail promptly with ActorDied") {
+  auto rt = make_runtime();
+  auto c = rt.spawn<Counter>(troupe::Options{});
+  auto busy = c.call(&Counter::sleep_ms, 300);
+  std::vector<troupe::Future<int>> queued;
+  for (int i = 0; i < 100; ++i) queued.push_back(c.call(&Counter::add, 1));
+  std::this_thread::sleep_for(20ms);
+  auto t0 = std::chrono::steady_clock::now();
+  rt.kill(c);
+  for (auto& f : queued) {
+    REQUIRE(f.wait_for(100ms));   // at once, not after the running call
+    CHECK(f.result().error().code == ErrorCode::ActorDied);
+  }
+  CHECK(busy.wait_for(100ms));
+  CHECK(std::chrono::steady_clock::now() - t0 < 200ms);
+  auto after = c.call(&Counter::add, 1).result();
+  CHECK(after.error().code == ErrorCode::ActorDied);
+  CHECK(after.error().message.find("killed") != std::string::npos);
+  rt.kill(c);   // idempotent
+}
+
+TEST_CASE("a constructor that throws leaves a dead actor whose calls fail") {
+  auto rt = make_runtime();
+  auto b = rt.spawn<Broken>(troupe::Options{}, std::string("no model file"));
+  auto r = b.call(&Broken::ping).result();
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code == ErrorCode::ActorDied);
+  CHECK(r.error().message.find("no model file") != std::string::npos);
+}
+
+TEST_CASE("a call past its deadline fails with Timeout and the actor keeps serving") {
+  auto rt = make_runtime();
+  auto c = rt.spawn<Counter>(troupe::Options{});
+  auto slow = c.with_timeout(50ms).call(&Counter::sleep_ms, 400);
+  REQUIRE(slow.wait_for(300ms));
+  CHECK(slow.result().error().code == ErrorCode::Timeout);
+  CHECK(c.call(&Counter::add, 3).get() == 3);   // waits for the sleep, then answers
+}
+
+TEST_CASE("Options::call_timeout applies to every call of the actor") {
+  auto rt = make_runtime();
+  auto c = rt.spawn<Counter>(troupe::Options{}.call_timeout(30ms));
+  auto r = c.call(&Counter::sleep_ms, 200).result();
+  CHECK(r.error().code == ErrorCode::Timeout);
+}
+
+TEST_CASE("scheduled (non-detached) actors answer calls too") {
+  auto rt = make_runtime();
+  auto group = rt.spawn_group<Counter>(16, troupe::Options{}.detached(false));
+  auto all = group.call_all(&Counter::add, 2).get();
+  CHECK(all == std::vector<int>(16, 2));
+}
+
+TEST_CASE("shutdown with calls in flight neither hangs nor leaks") {
+  Tracked::live = 0;
+  std::vector<troupe::Future<int>> fs;
+  troupe::Future<void> running;
+  {
+    auto rt = make_runtime();
+    auto group = rt.spawn_group<Tracked>(4, troupe::Options{});
+    running = group[0].call(&Tracked::sleep_ms, 100);
+    for (int i = 0; i < 1000; ++i) fs.push_back(group[i % 4].call(&Tracked::ping));
+    // rt goes out of scope here with calls queued.
+  }
+  CHECK(Tracked::live == 0);
+  for (auto& f : fs) {
+    REQUIRE(f.ready());
+    auto r = f.result();
+    if (r.ok()) CHECK(r.value() == 7); else CHECK(r.error().code == ErrorCode::ActorDied);
+  }
+  CHECK(running.ready());
+}
+
+TEST_CASE("calls after shutdown fail with ActorDied") {
+  auto rt = make_runtime();
+  auto c = rt.spawn<Counter>(troupe::Options{});
+  rt.shutdown();
+  CHECK(c.call(&Counter::add, 1).result().error().code == ErrorCode::ActorDied);
+  auto late = rt.spawn<Counter>(troupe::Options{});
+  CHECK(late.call(&Counter::add, 1).result().error().code == ErrorCode::ActorDied);
+}
+
+TEST_CASE("only one runtime may live in a process") {
+  auto rt = make_runtime();
+  CHECK_THROWS_AS(make_runtime(), std::logic_error);
+}
+
+TEST_CASE("an actor reference passed as an argument reaches the same actor") {
+  auto rt = make_runtime();
+  auto target = rt.spawn<Counter>(troupe::Options{});
+  auto relay = rt.spawn<Relay>(troupe::Options{});
+  CHECK(relay.call(&Relay::forward, target, 4).get() == 4);
+  CHECK(target.call(&Counter::get).get() == 4);
+  auto p = troupe::encode_args(target);
+  auto [back] = troupe::decode_args<troupe::ActorRef<Counter>>(p);
+  CHECK(back == target);
+}
+
+TEST_CASE("a reference to an actor of another type does not decode") {
+  auto rt = make_runtime();
+  auto relay = rt.spawn<Relay>(troupe::Options{});
+  auto p = troupe::encode_args(relay);
+  CHECK_THROWS_AS(troupe::decode_args<troupe::ActorRef<Counter>>(p), troupe::DecodeError);
+}
+
+TEST_CASE("a 64 MiB tensor view passes in-process without a copy") {
+  auto rt = make_runtime();
+  auto sink = rt.spawn<TensorSink>(troupe::Options{});
+  auto t = troupe::TensorView::empty(troupe::DType::F32, {16, 1024, 1024});
+  REQUIRE(t.nbytes() == (64u << 20));
+  t.data_as<float>()[12345] = 3.5f;
+  auto addr = sink.call(&TensorSink::address, t).get();
+  CHECK(addr == reinterpret_cast<std::uintptr_t>(t.data));
+  auto back = sink.call(&TensorSink::scale_first, t, 2.0f).get();
+  CHECK(back.data == t.data);                       // the same bytes came back
+  CHECK(t.data_as<float>()[0] == 0.0f);
+  CHECK(back.shape == t.shape);
+  CHECK(t.data_as<float>()[12345] == 3.5f);
+  CHECK(sink.call(&TensorSink::read, t, 12345).get() == 3.5f);
+}

@@ -1,0 +1,46 @@
+// RuntimeConfig from flags and TROUPE_* variables.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+
+#include "troupe/runtime.hpp"
+
+TEST_CASE("flags override the environment and leave other arguments alone") {
+  const char* argv[] = {"prog", "--steps", "5", "--troupe-threads", "3", "--troupe-log-level=error", "input.txt"};
+  troupe::RuntimeConfig base;
+  base.threads = 1;
+  auto c = troupe::RuntimeConfig::from_args(7, argv, base);
+  CHECK(c.threads == 3);
+  CHECK(c.log_level == "error");
+  CHECK(c.call_timeout.count() == 0);
+}
+
+TEST_CASE("TROUPE_* variables configure the runtime") {
+  setenv("TROUPE_THREADS", "2", 1);
+  setenv("TROUPE_CALL_TIMEOUT_MS", "1500", 1);
+  auto c = troupe::RuntimeConfig::from_env();
+  CHECK(c.threads == 2);
+  CHECK(c.call_timeout.count() == 1500);
+  unsetenv("TROUPE_THREADS");
+  unsetenv("TROUPE_CALL_TIMEOUT_MS");
+}
+
+TEST_CASE("bad values are rejected with a message naming the flag or variable") {
+  const char* argv[] = {"prog", "--troupe-threads", "lots"};
+  try {
+    (void)troupe::RuntimeConfig::from_args(3, argv, {});
+    FAIL("accepted a bad value");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()).find("--troupe-threads") != std::string::npos);
+  }
+  const char* level[] = {"prog", "--troupe-log-level", "loud"};
+  CHECK_THROWS_AS(troupe::RuntimeConfig::from_args(3, level, {}), std::invalid_argument);
+  setenv("TROUPE_CALL_TIMEOUT_MS", "-5", 1);
+  try {
+    (void)troupe::RuntimeConfig::from_env();
+    FAIL("accepted a bad value");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()).find("TROUPE_CALL_TIMEOUT_MS") != std::string::npos);
+  }
+  unsetenv("TROUPE_CALL_TIMEOUT_MS");
+}

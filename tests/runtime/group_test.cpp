@@ -1,0 +1,47 @@
+// ActorGroup: call_all, scatter and member access.
+#include <doctest/doctest.h>
+
+#include "troupe/troupe.hpp"
+
+namespace {
+struct Shard {
+  int rank = -1;
+  int set_rank(int r) { return rank = r; }
+  int sum(std::vector<int> xs) {
+    int s = 0;
+    for (int x : xs) s += x;
+    return s + 1000 * rank;
+  }
+  void noop() {}
+};
+}  // namespace
+TROUPE_ACTOR(Shard, set_rank, sum, noop);
+
+TEST_CASE("call_all answers with one result per member, in member order") {
+  auto rt = troupe::Runtime::create();
+  auto g = rt.spawn_group<Shard>(4, troupe::Options{});
+  REQUIRE(g.size() == 4);
+  std::vector<troupe::Future<int>> fs;
+  for (std::size_t i = 0; i < g.size(); ++i) fs.push_back(g[i].call(&Shard::set_rank, int(i)));
+  troupe::wait_all(fs);
+  auto sums = g.call_all(&Shard::sum, std::vector<int>{1, 2}).get();
+  CHECK(sums == std::vector<int>{3, 1003, 2003, 3003});
+  CHECK(g.call_all(&Shard::noop).result().ok());
+}
+
+TEST_CASE("scatter sends shard i to member i") {
+  auto rt = troupe::Runtime::create();
+  auto g = rt.spawn_group<Shard>(3, troupe::Options{});
+  auto sums = g.scatter(&Shard::sum, std::vector<std::vector<int>>{{1}, {2, 2}, {3, 3, 3}}).get();
+  CHECK(sums == std::vector<int>{-999, -996, -991});
+  auto bad = g.scatter(&Shard::sum, std::vector<std::vector<int>>{{1}});
+  CHECK(bad.result().error().code == troupe::ErrorCode::BadArguments);
+}
+
+TEST_CASE("a group call fails when one member is dead") {
+  auto rt = troupe::Runtime::create();
+  auto g = rt.spawn_group<Shard>(3, troupe::Options{});
+  rt.kill(g[1]);
+  auto r = g.call_all(&Shard::set_rank, 1).result();
+  CHECK(r.error().code == troupe::ErrorCode::ActorDied);
+}
