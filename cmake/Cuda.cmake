@@ -13,6 +13,9 @@ if(NOT TROUPE_CUDA STREQUAL "OFF")
       set(CMAKE_CUDA_ARCHITECTURES 90)             # H100/H200; `native` fails without a GPU
     endif()
     enable_language(CUDA)
+    # CMake 3.25 knows no C++20 dialect flag for nvcc: name it, then ask for C++20.
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
     set(CMAKE_CUDA_STANDARD 20)
     find_package(CUDAToolkit REQUIRED)
     set(TROUPE_HAVE_CUDA ON)
