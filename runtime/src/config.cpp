@@ -3,10 +3,12 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
+#include <fstream>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
 
+#include "cluster/worker.hpp"
 #include "troupe/runtime.hpp"
 
 namespace troupe {
@@ -33,6 +35,21 @@ long parse_nonnegative(const std::string& what, const std::string& value) {
   return v;
 }
 
+long parse_positive(const std::string& what, const std::string& value) {
+  long v = parse_nonnegative(what, value);
+  if (v == 0) throw std::invalid_argument(what + ": must be positive");
+  return v;
+}
+
+std::string read_token_file(const std::string& what, const std::string& path) {
+  std::ifstream in(path);
+  std::string token;
+  if (!in || !std::getline(in, token) || token.empty()) {
+    throw std::invalid_argument(what + ": cannot read a token from '" + path + "'");
+  }
+  return token;
+}
+
 void check_level(const std::string& what, const std::string& value) {
   if (!valid_level(value)) {
     throw std::invalid_argument(what + ": '" + value + "' is not one of trace, debug, info, warn, error, critical, off");
@@ -48,6 +65,13 @@ RuntimeConfig RuntimeConfig::from_env() {
   if (const char* v = std::getenv("TROUPE_CALL_TIMEOUT_MS")) {
     c.call_timeout = std::chrono::milliseconds(parse_nonnegative("TROUPE_CALL_TIMEOUT_MS", v));
   }
+  if (const char* v = std::getenv("TROUPE_REMOTE_CALL_TIMEOUT_MS")) {
+    c.remote_call_timeout = std::chrono::milliseconds(parse_positive("TROUPE_REMOTE_CALL_TIMEOUT_MS", v));
+  }
+  if (const char* v = std::getenv("TROUPE_ADDRESS")) c.address = v;
+  if (const char* v = std::getenv("TROUPE_TOKEN_FILE")) c.token = read_token_file("TROUPE_TOKEN_FILE", v);
+  if (const char* v = std::getenv("TROUPE_TOKEN")) c.token = v;
+  if (const char* v = std::getenv("TROUPE_TMPDIR")) c.session_root = v;
   return c;
 }
 
@@ -55,10 +79,14 @@ RuntimeConfig RuntimeConfig::from_args(int argc, const char* const* argv, Runtim
   CLI::App app("troupe runtime");
   app.set_help_flag();     // --help belongs to the user's program
   app.allow_extras();
-  std::string threads, level, timeout;
+  std::string threads, level, timeout, remote_timeout, token_file;
   app.add_option("--troupe-threads", threads);
   app.add_option("--troupe-log-level", level);
   app.add_option("--troupe-call-timeout-ms", timeout);
+  app.add_option("--troupe-remote-call-timeout-ms", remote_timeout);
+  app.add_option("--address", base.address);
+  app.add_option("--troupe-token", base.token);
+  app.add_option("--troupe-token-file", token_file);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -69,10 +97,18 @@ RuntimeConfig RuntimeConfig::from_args(int argc, const char* const* argv, Runtim
   if (!timeout.empty()) {
     base.call_timeout = std::chrono::milliseconds(parse_nonnegative("--troupe-call-timeout-ms", timeout));
   }
+  if (!remote_timeout.empty()) {
+    base.remote_call_timeout =
+        std::chrono::milliseconds(parse_positive("--troupe-remote-call-timeout-ms", remote_timeout));
+  }
+  if (!token_file.empty()) base.token = read_token_file("--troupe-token-file", token_file);
   return base;
 }
 
 Runtime init(int argc, char** argv) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) == "--troupe-worker") detail::run_worker(argv[i + 1]);   // never returns
+  }
   RuntimeConfig config;
   try {
     config = RuntimeConfig::from_args(argc, argv, RuntimeConfig::from_env());

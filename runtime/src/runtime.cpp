@@ -1,18 +1,27 @@
 #include "runtime_impl.hpp"
 
 #include <caf/all.hpp>
+#include <caf/io/all.hpp>
 #include <spdlog/spdlog.h>
 
+#include <filesystem>
 #include <stdexcept>
 #include <thread>
 
-#include "actor_host.hpp"
+#include "cluster/head.hpp"
+#include "cluster/http.hpp"
+#include "cluster/node_daemon.hpp"
+#include "cluster/session.hpp"
+#include "cluster/wire.hpp"
 
 namespace troupe {
 namespace detail {
 namespace {
 
 std::atomic<RuntimeImpl*> g_current{nullptr};   // the process's live runtime (at most one)
+
+// Cluster actor ids (assigned by the head) start here; in-process ids stay below.
+constexpr std::uint64_t kClusterActorBase = std::uint64_t(1) << 48;
 
 }  // namespace
 
@@ -33,12 +42,33 @@ RuntimeImpl::~RuntimeImpl() {
 caf::actor_system_config& RuntimeImpl::configure(caf::actor_system_config& cfg, const RuntimeConfig& rc) {
   unsigned threads = rc.threads > 0 ? unsigned(rc.threads) : std::max(1u, std::thread::hardware_concurrency());
   cfg.set("scheduler.max-threads", threads);
+  cfg.load<caf::io::middleman>();
+  // A frozen peer keeps its socket open: only heartbeats reveal it (cookbook: caf.md).
+  cfg.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(500)});
+  cfg.set("middleman.connection-timeout", caf::timespan{std::chrono::seconds(3)});
+  add_wire_types(cfg);
   return cfg;
 }
 
-std::shared_ptr<ActorCell> RuntimeImpl::spawn(const ActorTypeInfo& type, Factory factory, Payload ctor_args,
-                                              const Options& opts) {
-  std::uint64_t id = next_id_.fetch_add(1);
+std::shared_ptr<ActorCell> RuntimeImpl::spawn(const ActorTypeInfo& type, const std::string& signature,
+                                              Factory factory, Payload ctor_args, const Options& opts) {
+  if (opts.needs_process()) {
+    {
+      std::lock_guard lk(mu_);
+      if (shut_down_) throw CallError(Error{ErrorCode::Unavailable, "the runtime has shut down"});
+    }
+    return cluster().spawn(type, signature, ctor_args, opts);
+  }
+  return spawn_local(next_id_.fetch_add(1), type, factory, std::move(ctor_args), opts, HostContext{});
+}
+
+std::shared_ptr<ActorCell> RuntimeImpl::spawn_hosted(std::uint64_t id, const ActorTypeInfo& type, Factory factory,
+                                                     Payload ctor_args, const Options& opts, HostContext ctx) {
+  return spawn_local(id, type, factory, std::move(ctor_args), opts, std::move(ctx));
+}
+
+std::shared_ptr<ActorCell> RuntimeImpl::spawn_local(std::uint64_t id, const ActorTypeInfo& type, Factory factory,
+                                                    Payload ctor_args, const Options& opts, HostContext ctx) {
   std::string label = (opts.name().empty() ? type.name : opts.name()) + "#" + std::to_string(id);
   auto timeout = opts.call_timeout().count() > 0 ? opts.call_timeout() : config_.call_timeout;
   auto cell = std::make_shared<ActorCell>(id, type.name, std::move(label), &timer_, timeout);
@@ -48,17 +78,18 @@ std::shared_ptr<ActorCell> RuntimeImpl::spawn(const ActorTypeInfo& type, Factory
       cell->mark_dead("was not started: the runtime has shut down");
       return cell;
     }
-    cells_.emplace(id, cell);
+    cells_[id] = cell;
   }
-  cell->set_handle(spawn_host(*system_, opts.detached(), cell, type, factory, std::move(ctor_args)));
+  cell->set_handle(spawn_host(*system_, opts.detached(), cell, type, factory, std::move(ctor_args), std::move(ctx)));
   spdlog::debug("spawned {}", cell->label());
   return cell;
 }
 
 void RuntimeImpl::kill(const std::shared_ptr<ActorCell>& cell) {
-  {
-    std::lock_guard lk(mu_);
-    cells_.erase(cell->id());
+  forget(cell->id());
+  if (cell->is_remote()) {
+    if (client_) client_->kill(cell); else cell->mark_dead("was killed");
+    return;
   }
   if (caf::actor handle = cell->mark_dead("was killed")) {
     caf::anon_send_exit(handle, caf::exit_reason::kill);
@@ -72,6 +103,51 @@ std::shared_ptr<ActorCell> RuntimeImpl::find(std::uint64_t id) const {
   return it == cells_.end() ? nullptr : it->second;
 }
 
+std::shared_ptr<ActorCell> RuntimeImpl::resolve(std::uint64_t id, const std::string& type) {
+  if (auto cell = find(id)) return cell;
+  if (id < kClusterActorBase) return nullptr;
+  {
+    std::lock_guard lk(cluster_mu_);
+    if (!client_ && config_.address.empty()) return nullptr;   // no cluster: no such actor
+  }
+  return cluster().attach(id, type);
+}
+
+void RuntimeImpl::add_cell(const std::shared_ptr<ActorCell>& cell) {
+  std::lock_guard lk(mu_);
+  if (!shut_down_) cells_[cell->id()] = cell;
+}
+
+void RuntimeImpl::forget(std::uint64_t id) {
+  std::lock_guard lk(mu_);
+  cells_.erase(id);
+}
+
+cluster::ClusterClient& RuntimeImpl::cluster() {
+  std::lock_guard lk(cluster_mu_);
+  if (client_) return *client_;
+  cluster::HeadEndpoint head;
+  if (!config_.address.empty()) {
+    auto [host, port] = cluster::split_address(config_.address);
+    head = {host, port, config_.token.empty() ? cluster::latest_session_token(config_.session_root) : config_.token};
+    if (head.token.empty()) {
+      throw CallError(Error{ErrorCode::Unavailable, "no cluster token: pass --troupe-token-file or set TROUPE_TOKEN"});
+    }
+  } else {   // an embedded head and node, so a single program needs no daemon
+    std::string session = cluster::make_session_dir(config_.session_root);
+    std::string token = cluster::random_token();
+    cluster::write_private_file((std::filesystem::path(session) / "token").string(), token + "\n");
+    embedded_head_ = std::make_unique<cluster::Head>(cluster::HeadConfig{"127.0.0.1", 0, token, session});
+    embedded_node_ = std::make_unique<cluster::NodeDaemon>(
+        cluster::DaemonConfig{"127.0.0.1", embedded_head_->port(), token, "", "127.0.0.1", session});
+    embedded_node_->start(std::chrono::seconds(10));
+    head = {"127.0.0.1", embedded_head_->port(), token};
+    spdlog::info("embedded cluster at {} (session {})", embedded_head_->address(), session);
+  }
+  client_ = std::make_unique<cluster::ClusterClient>(*this, *system_, head, &timer_, config_.remote_call_timeout);
+  return *client_;
+}
+
 void RuntimeImpl::shutdown() {
   std::unordered_map<std::uint64_t, std::shared_ptr<ActorCell>> cells;
   {
@@ -80,26 +156,35 @@ void RuntimeImpl::shutdown() {
     shut_down_ = true;
     cells.swap(cells_);
   }
+  {
+    std::lock_guard lk(cluster_mu_);
+    if (client_) client_->stop(/*keep_actors=*/false);   // a driver's actors end with it
+    if (embedded_node_) embedded_node_->stop();   // terminates its worker processes
+    if (embedded_head_) embedded_head_->stop();
+  }
   for (auto& [id, cell] : cells) {
     if (caf::actor handle = cell->mark_dead("stopped: the runtime shut down")) {
       caf::anon_send_exit(handle, caf::exit_reason::kill);
     }
   }
   timer_.stop();
+  client_.reset();
   system_.reset();   // joins every actor and scheduler thread; running calls finish first
+  embedded_node_.reset();
+  embedded_head_.reset();
 }
 
 // --- free functions behind the public templates ----------------------------------------------------
-std::shared_ptr<ActorCell> spawn_actor(RuntimeImpl& rt, const ActorTypeInfo& type, Factory factory,
-                                       Payload ctor_args, const Options& opts) {
-  return rt.spawn(type, factory, std::move(ctor_args), opts);
+std::shared_ptr<ActorCell> spawn_actor(RuntimeImpl& rt, const ActorTypeInfo& type, const std::string& signature,
+                                       Factory factory, Payload ctor_args, const Options& opts) {
+  return rt.spawn(type, signature, factory, std::move(ctor_args), opts);
 }
 
 void kill_actor(RuntimeImpl& rt, const std::shared_ptr<ActorCell>& cell) { rt.kill(cell); }
 
-std::shared_ptr<ActorCell> find_cell(std::uint64_t id) {
+std::shared_ptr<ActorCell> resolve_cell(std::uint64_t id, const std::string& type) {
   RuntimeImpl* rt = g_current.load();
-  return rt == nullptr ? nullptr : rt->find(id);
+  return rt == nullptr ? nullptr : rt->resolve(id, type);
 }
 
 }  // namespace detail

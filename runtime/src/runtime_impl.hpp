@@ -1,4 +1,5 @@
-// The process's runtime: its CAF actor system, the deadline timer and the table of live actors.
+// The process's runtime: its CAF actor system, the deadline timer, the table of actors this
+// process knows (local hosts and remote cells), and its link to the cluster.
 #pragma once
 
 #include <atomic>
@@ -11,8 +12,15 @@
 #include <caf/actor_system_config.hpp>
 
 #include "actor_cell.hpp"
+#include "actor_host.hpp"
+#include "cluster/client.hpp"
 #include "deadline_timer.hpp"
 #include "troupe/runtime.hpp"
+
+namespace troupe::cluster {
+class Head;
+class NodeDaemon;
+}
 
 namespace troupe::detail {
 
@@ -21,16 +29,28 @@ class RuntimeImpl {
   explicit RuntimeImpl(RuntimeConfig config);
   ~RuntimeImpl();   // shutdown()
 
-  std::shared_ptr<ActorCell> spawn(const ActorTypeInfo& type, Factory factory, Payload ctor_args,
-                                   const Options& opts);
+  // In this process, or (opts.needs_process()) in a worker process through the cluster.
+  std::shared_ptr<ActorCell> spawn(const ActorTypeInfo& type, const std::string& signature, Factory factory,
+                                   Payload ctor_args, const Options& opts);
+  // Worker processes: hosts cluster actor `id` here.
+  std::shared_ptr<ActorCell> spawn_hosted(std::uint64_t id, const ActorTypeInfo& type, Factory factory,
+                                          Payload ctor_args, const Options& opts, HostContext ctx);
+  caf::actor host_of(const ActorCell& cell) const { return cell.handle(); }
   void kill(const std::shared_ptr<ActorCell>& cell);
   std::shared_ptr<ActorCell> find(std::uint64_t id) const;
+  std::shared_ptr<ActorCell> resolve(std::uint64_t id, const std::string& type);
+  void add_cell(const std::shared_ptr<ActorCell>& cell);
+  void forget(std::uint64_t id);
   void shutdown();
 
   const RuntimeConfig& config() const { return config_; }
+  caf::actor_system& system() { return *system_; }
 
  private:
   static caf::actor_system_config& configure(caf::actor_system_config& cfg, const RuntimeConfig& rc);
+  std::shared_ptr<ActorCell> spawn_local(std::uint64_t id, const ActorTypeInfo& type, Factory factory,
+                                         Payload ctor_args, const Options& opts, HostContext ctx);
+  cluster::ClusterClient& cluster();   // connects (or starts the embedded cluster) on first use
 
   RuntimeConfig config_;
   caf::actor_system_config caf_config_;
@@ -40,6 +60,10 @@ class RuntimeImpl {
   bool shut_down_ = false;
   std::unordered_map<std::uint64_t, std::shared_ptr<ActorCell>> cells_;
   std::atomic<std::uint64_t> next_id_{1};
+  std::mutex cluster_mu_;
+  std::unique_ptr<cluster::Head> embedded_head_;
+  std::unique_ptr<cluster::NodeDaemon> embedded_node_;
+  std::unique_ptr<cluster::ClusterClient> client_;
 };
 
 }  // namespace troupe::detail

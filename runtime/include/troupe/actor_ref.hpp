@@ -25,7 +25,10 @@ void submit_call(const std::shared_ptr<ActorCell>& cell, const char* method, Pay
 std::uint64_t cell_id(const ActorCell& cell);
 const std::string& cell_label(const ActorCell& cell);
 const std::string& cell_type(const ActorCell& cell);       // the registered type name
-std::shared_ptr<ActorCell> find_cell(std::uint64_t id);   // in this process's runtime, or null
+Future<void> cell_ready(const ActorCell& cell);
+// The cell of actor `id` in this process's runtime: a local one, or (cluster actors) a remote cell
+// bound through the head's directory. Null if there is no runtime or no such actor here.
+std::shared_ptr<ActorCell> resolve_cell(std::uint64_t id, const std::string& type);
 
 // The argument as the method's parameter type P: by reference when it already is one.
 template <class P, class A>
@@ -47,6 +50,9 @@ class ActorRef {
   bool valid() const noexcept { return cell_ != nullptr; }
   std::uint64_t id() const { return detail::cell_id(*cell_); }
   const std::string& label() const { return detail::cell_label(*cell_); }   // "Counter#3"
+  // Completes once the actor's constructor has run (in its worker process, for remote actors);
+  // fails with ActorDied if the constructor threw or the actor died first.
+  Future<void> ready() const { return detail::cell_ready(*cell_); }
 
   // The same actor, with a deadline on each call made through the copy.
   ActorRef with_timeout(std::chrono::milliseconds t) const { ActorRef r = *this; r.timeout_ = t; return r; }
@@ -165,7 +171,7 @@ struct convert<troupe::ActorRef<T>> {
     std::uint64_t id = 0;
     for (int i = 0; i < 8; ++i) id |= std::uint64_t(std::uint8_t(o.via.ext.data()[i])) << (8 * i);
     if (id == 0) { r = troupe::ActorRef<T>(); return o; }
-    auto cell = troupe::detail::find_cell(id);
+    auto cell = troupe::detail::resolve_cell(id, troupe::detail::ActorTraits<T>::name());
     if (!cell) throw troupe::DecodeError("unknown actor id " + std::to_string(id));
     if (troupe::detail::cell_type(*cell) != troupe::detail::ActorTraits<T>::name()) {
       throw troupe::DecodeError("actor " + std::to_string(id) + " is a " + troupe::detail::cell_type(*cell));

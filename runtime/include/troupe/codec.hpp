@@ -96,6 +96,7 @@ void convert_elements(const msgpack::object& o, Tuple& t, std::index_sequence<I.
 template <class... Args>
 Payload encode_args(const Args&... args) {
   Payload p;
+  p.bytes.reserve(64);
   detail::CodecScope scope(&p.tensors);
   detail::VectorWriter w{&p.bytes};
   msgpack::packer<detail::VectorWriter> pk(w);
@@ -108,6 +109,7 @@ Payload encode_args(const Args&... args) {
 template <class T>
 Payload encode_value(const T& value) {
   Payload p;
+  p.bytes.reserve(32);
   detail::CodecScope scope(&p.tensors);
   detail::VectorWriter w{&p.bytes};
   msgpack::packer<detail::VectorWriter> pk(w);

@@ -1,31 +1,66 @@
-// Per-actor options, set fluently: Options{}.name("trainer").call_timeout(std::chrono::seconds(30)).
+// Per-actor options, set fluently: Options{}.name("trainer").cpus(2).max_restarts(3).
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 
 namespace troupe {
 
+template <class T>
+class ActorRef;
+
 class Options {
  public:
-  // A label for logs and errors ("trainer"); default: the type name and actor id.
+  // A label for logs and errors ("trainer"); default: the type name. Labels read "trainer#7".
   Options& name(std::string n) { name_ = std::move(n); return *this; }
-  // Run the actor on its own thread (default true): RL actors block in compute, and a detached
-  // actor never stalls the shared scheduler. false runs it on the runtime's worker pool, which
-  // suits many small, non-blocking actors.
+  // In-process actors: run on their own thread (default true). RL actors block in compute, and
+  // a detached actor never stalls the shared scheduler; false puts small, non-blocking actors on
+  // the runtime's worker pool.
   Options& detached(bool d) { detached_ = d; return *this; }
-  // Deadline for each call to this actor; 0 (the default) takes the runtime's call timeout,
-  // whose own default is none in-process.
+  // Deadline for each call; 0 (default) takes the runtime's: none in-process, and
+  // --troupe-remote-call-timeout-ms (default 120 s) for actors in worker processes.
   Options& call_timeout(std::chrono::milliseconds t) { call_timeout_ = t; return *this; }
+
+  // Run the actor in a worker process started by a node daemon (default: in this process, unless
+  // it declares resources or colocation). Calls behave the same either way.
+  Options& process(bool p) { process_ = p; return *this; }
+  // Resources the actor holds on its node (fixed point: ten cpus(0.1) make one CPU). Declaring
+  // any puts the actor in a worker process on a node that has them.
+  Options& cpus(double n) { cpus_ = n; return *this; }
+  Options& gpus(double n) { gpus_ = n; return *this; }
+  // Further resources in text form, e.g. "memory=4G,accel_type:H200=1".
+  Options& resources(std::string text) { resources_ = std::move(text); return *this; }
+  // Share `other`'s worker process (same node, same address space: tensors pass without a copy).
+  template <class U>
+  Options& colocate_with(const ActorRef<U>& other) { colocate_with_ = other.id(); return *this; }
+  // Worker actors: how many times the actor is started again after its process dies (-1: no
+  // limit). Its id, and every ActorRef to it, stay valid across restarts.
+  Options& max_restarts(int n) { max_restarts_ = n; return *this; }
+  // Worker actors: how many times a call in flight when the actor died is sent again to the
+  // restarted actor (at-least-once, in submission order); 0: such calls fail with ActorDied.
+  Options& max_retries(int n) { max_retries_ = n; return *this; }
 
   const std::string& name() const { return name_; }
   bool detached() const { return detached_; }
   std::chrono::milliseconds call_timeout() const { return call_timeout_; }
+  int max_restarts() const { return max_restarts_; }
+  int max_retries() const { return max_retries_; }
+  std::uint64_t colocate_with() const { return colocate_with_; }
+  // "CPU=2,GPU=0.5,..." from cpus, gpus and resources().
+  std::string resource_text() const;
+  bool needs_process() const { return process_ || !resource_text().empty() || colocate_with_ != 0; }
 
  private:
   std::string name_;
   bool detached_ = true;
   std::chrono::milliseconds call_timeout_{0};
+  bool process_ = false;
+  double cpus_ = 0, gpus_ = 0;
+  std::string resources_;
+  std::uint64_t colocate_with_ = 0;
+  int max_restarts_ = 0;
+  int max_retries_ = 0;
 };
 
 }  // namespace troupe

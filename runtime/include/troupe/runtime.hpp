@@ -21,6 +21,16 @@ struct RuntimeConfig {
   int threads = 0;                            // --troupe-threads / TROUPE_THREADS: scheduler threads (0 = cores)
   std::string log_level = "warn";             // --troupe-log-level / TROUPE_LOG_LEVEL: trace..off
   std::chrono::milliseconds call_timeout{0};  // --troupe-call-timeout-ms / TROUPE_CALL_TIMEOUT_MS: 0 = none
+  // --troupe-remote-call-timeout-ms / TROUPE_REMOTE_CALL_TIMEOUT_MS: the deadline of a call to an
+  // actor in a worker process when neither the call nor the actor sets one (FT-1: never infinite).
+  std::chrono::milliseconds remote_call_timeout{120000};
+  // --address / TROUPE_ADDRESS: the head ("host:port") of a cluster started with `troupe start`.
+  // Empty: actors that need a process get an embedded head and node inside this process.
+  std::string address;
+  // --troupe-token / TROUPE_TOKEN, or --troupe-token-file / TROUPE_TOKEN_FILE: the cluster token.
+  // Empty with an address: the token file of this machine's latest session.
+  std::string token;
+  std::string session_root = "/tmp/troupe";   // TROUPE_TMPDIR: where session directories go
 
   // Reads the TROUPE_* environment. Throws std::invalid_argument naming the bad variable.
   static RuntimeConfig from_env();
@@ -31,8 +41,8 @@ struct RuntimeConfig {
 
 namespace detail {
 class RuntimeImpl;
-std::shared_ptr<ActorCell> spawn_actor(RuntimeImpl& rt, const ActorTypeInfo& type, Factory factory,
-                                       Payload ctor_args, const Options& opts);
+std::shared_ptr<ActorCell> spawn_actor(RuntimeImpl& rt, const ActorTypeInfo& type, const std::string& signature,
+                                       Factory factory, Payload ctor_args, const Options& opts);
 void kill_actor(RuntimeImpl& rt, const std::shared_ptr<ActorCell>& cell);
 }  // namespace detail
 
@@ -73,7 +83,8 @@ class Runtime {
 };
 
 // Builds a Runtime from argv and the environment. On a bad flag or variable it prints the
-// reason to stderr and exits with status 2.
+// reason to stderr and exits with status 2. In a worker process (started by a node daemon with
+// --troupe-worker) it runs the worker loop instead and never returns.
 Runtime init(int argc, char** argv);
 
 template <class T, class... A>
@@ -89,7 +100,7 @@ ActorRef<T> Runtime::spawn(const Options& opts, A&&... args) {
     throw CallError(Error{ErrorCode::BadArguments, std::string("constructor arguments: ") + e.what()});
   }
   const auto* type = detail::Registry::instance().find(detail::ActorTraits<T>::name());
-  return ActorRef<T>(detail::spawn_actor(*impl_, *type, &Ctor::make, std::move(p), opts));
+  return ActorRef<T>(detail::spawn_actor(*impl_, *type, Ctor::signature(), &Ctor::make, std::move(p), opts));
 }
 
 template <class T, class... A>

@@ -5,6 +5,8 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
+#include <memory>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -20,6 +22,20 @@ namespace troupe::detail {
 struct Unit {};   // the stored value of a void future
 template <class T>
 using Stored = std::conditional_t<std::is_void_v<T>, Unit, T>;
+
+class StateBase;
+
+// Bookkeeping for a state that is the result of an actor call in flight: the links of the
+// actor's list of calls in flight and the call's deadline. Owned and guarded by that actor's
+// ActorCell; kept here so a call costs one allocation, not two.
+struct CallLink {
+  StateBase* prev = nullptr;
+  StateBase* next = nullptr;
+  std::shared_ptr<StateBase> self;   // set while linked: the list's reference
+  std::pair<std::chrono::steady_clock::time_point, std::uint64_t> deadline{};
+  bool has_deadline = false;
+  std::uint64_t seq = 0;             // per actor, in submission order
+};
 
 class StateBase {
  public:
@@ -43,6 +59,8 @@ class StateBase {
   // Runs `cb` once the state completes: at once (on this thread) if it already has, else on
   // the completing thread. Callbacks must be short and must not block.
   void on_ready(std::function<void()> cb);
+
+  CallLink call_link;   // see CallLink; untouched by futures that are not calls
 
  protected:
   static constexpr int kPending = 0, kCompleting = 1, kValue = 2, kError = 3;

@@ -1,0 +1,213 @@
+#include "cluster/client.hpp"
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+
+#include "cluster/hex.hpp"
+#include "cluster/http.hpp"
+#include "runtime_impl.hpp"
+
+namespace troupe::cluster {
+namespace {
+
+using json = nlohmann::json;
+using monitor_atom = caf::atom_constant<caf::atom("tr_mon")>;
+
+caf::behavior router(caf::event_based_actor* self, ClusterClient* client, detail::RuntimeImpl* rt) {
+  self->set_down_handler([client](caf::down_msg& dm) { client->on_gateway_down(dm.source); });
+  return {
+      [rt](const detail::WireReply& r) {
+        if (auto cell = rt->find(r.actor_id)) cell->on_reply(r);
+      },
+      [self](monitor_atom, const caf::actor& gateway) { self->monitor(gateway); },
+  };
+}
+
+std::string self_binary() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string() : p.string();
+}
+
+}  // namespace
+
+ClusterClient::ClusterClient(detail::RuntimeImpl& rt, caf::actor_system& sys, HeadEndpoint head,
+                             detail::DeadlineTimer* timer, std::chrono::milliseconds call_timeout)
+    : rt_(rt), sys_(sys), head_(std::move(head)), timer_(timer), call_timeout_(call_timeout) {
+  router_ = sys_.spawn(router, this, &rt_);
+  watcher_ = std::thread([this] { watch_loop(); });
+}
+
+ClusterClient::~ClusterClient() { stop(true); }
+
+json ClusterClient::call_head(const std::string& method, const std::string& target, const json& body) {
+  HttpResponse res;
+  try {
+    res = http_call(head_.host, head_.port, method, target, body.is_null() ? "" : body.dump(), head_.token,
+                    std::chrono::seconds(10));
+  } catch (const HttpError& e) {
+    throw CallError(Error{ErrorCode::Unavailable, std::string("head: ") + e.what()});
+  }
+  json parsed = json::parse(res.body, nullptr, false);
+  if (res.status != 200) {
+    std::string why = parsed.is_object() ? parsed.value("error", res.body) : res.body;
+    ErrorCode code = res.status == 400 || res.status == 409 ? ErrorCode::BadArguments : ErrorCode::Unavailable;
+    throw CallError(Error{code, "head refused: " + why});
+  }
+  if (parsed.is_discarded()) throw CallError(Error{ErrorCode::Unavailable, "head sent a body that is not JSON"});
+  return parsed;
+}
+
+std::shared_ptr<detail::ActorCell> ClusterClient::make_cell(std::uint64_t id, const std::string& type,
+                                                            const std::string& name, int max_retries,
+                                                            std::chrono::milliseconds timeout) {
+  auto cell = std::make_shared<detail::ActorCell>(id, type, (name.empty() ? type : name) + "#" + std::to_string(id),
+                                                  timer_, timeout.count() > 0 ? timeout : call_timeout_);
+  cell->make_remote(detail::RemoteSettings{head_.token, router_, max_retries});
+  {
+    std::lock_guard lk(mu_);
+    cells_[id] = cell;
+  }
+  rt_.add_cell(cell);
+  return cell;
+}
+
+std::shared_ptr<detail::ActorCell> ClusterClient::spawn(const detail::ActorTypeInfo& type, const std::string& signature,
+                                                        const Payload& ctor_args, const Options& opts) {
+  if (!ctor_args.tensors.empty()) {
+    throw CallError(Error{ErrorCode::BadArguments, "tensors cannot be constructor arguments of a worker actor"});
+  }
+  json req{{"type", type.name}, {"name", opts.name()}, {"ctor_signature", signature},
+           {"ctor_args", to_hex(ctor_args.bytes)}, {"max_restarts", opts.max_restarts()},
+           {"max_retries", opts.max_retries()}, {"resources", opts.resource_text()}, {"binary", self_binary()},
+           {"colocate_with", opts.colocate_with()}};
+  auto res = call_head("POST", "/api/v1/actors", req);
+  auto id = res.at("actor_id").get<std::uint64_t>();
+  auto cell = make_cell(id, type.name, opts.name(), opts.max_retries(), opts.call_timeout());
+  {
+    std::lock_guard lk(mu_);
+    owned_.insert(id);
+  }
+  return cell;
+}
+
+std::shared_ptr<detail::ActorCell> ClusterClient::attach(std::uint64_t id, const std::string& type) {
+  json a;
+  try {
+    a = call_head("GET", "/api/v1/actors/" + std::to_string(id), nullptr);
+  } catch (const CallError&) {
+    return nullptr;
+  }
+  if (a.value("type", "") != type) return nullptr;
+  auto cell = make_cell(id, type, a.value("name", ""), 0, std::chrono::milliseconds(0));
+  apply(a);
+  return cell;
+}
+
+void ClusterClient::kill(const std::shared_ptr<detail::ActorCell>& cell) {
+  try {
+    call_head("POST", "/api/v1/actors/" + std::to_string(cell->id()) + "/kill", json::object());
+  } catch (const CallError& e) {
+    spdlog::warn("kill {}: {}", cell->label(), e.what());
+  }
+  cell->mark_dead("was killed");
+  std::lock_guard lk(mu_);
+  owned_.erase(cell->id());
+}
+
+void ClusterClient::stop(bool keep_actors) {
+  if (stopping_.exchange(true)) return;
+  if (!keep_actors) {
+    std::set<std::uint64_t> owned;
+    { std::lock_guard lk(mu_); owned.swap(owned_); }
+    for (auto id : owned) {
+      try {
+        call_head("POST", "/api/v1/actors/" + std::to_string(id) + "/kill", json::object());
+      } catch (const CallError&) {   // the head is gone: its nodes stop the workers themselves
+      }
+    }
+  }
+  if (watcher_.joinable()) watcher_.join();
+  caf::anon_send_exit(router_, caf::exit_reason::user_shutdown);
+  std::lock_guard lk(mu_);
+  gateways_.clear();
+}
+
+void ClusterClient::watch_loop() {
+  std::uint64_t since = 0;
+  while (!stopping_) {
+    json dir;
+    try {
+      dir = call_head("GET", "/api/v1/directory?since=" + std::to_string(since) + "&wait_ms=500", nullptr);
+    } catch (const CallError& e) {
+      spdlog::debug("directory: {}", e.what());
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      continue;
+    }
+    since = dir.value("version", since);
+    for (const auto& a : dir.value("actors", json::array())) apply(a);
+  }
+}
+
+void ClusterClient::apply(const json& a) {
+  auto id = a.at("id").get<std::uint64_t>();
+  std::shared_ptr<detail::ActorCell> cell;
+  {
+    std::lock_guard lk(mu_);
+    if (auto it = cells_.find(id); it != cells_.end()) cell = it->second.lock();
+  }
+  if (!cell || cell->dead()) return;
+  std::string state = a.value("state", "");
+  auto incarnation = a.value("incarnation", std::uint64_t{0});
+  auto bound = cell->binding();
+  if (state == "dead") {
+    std::string reason = a.value("reason", "");
+    cell->mark_dead(reason.empty() ? "died" : reason);
+    rt_.forget(id);
+    return;
+  }
+  if (bound && bound->incarnation < incarnation) cell->unbind(bound->incarnation, "was restarted: " + a.value("reason", std::string("its process died")));
+  if (state != "alive" || (bound && bound->incarnation == incarnation)) return;
+  std::string gateway = a.value("gateway", "");
+  if (gateway.empty()) return;
+  if (caf::actor gw = connect(gateway)) cell->bind(detail::RemoteBinding{gw, gateway, incarnation});
+}
+
+caf::actor ClusterClient::connect(const std::string& address) {
+  {
+    std::lock_guard lk(mu_);
+    if (auto it = gateways_.find(address); it != gateways_.end()) return it->second;
+  }
+  auto [host, port] = split_address(address);
+  auto gw = sys_.middleman().remote_actor(host, port);
+  if (!gw) {
+    spdlog::debug("cannot connect to gateway {}: {}", address, sys_.render(gw.error()));
+    return {};
+  }
+  caf::anon_send(router_, monitor_atom::value, *gw);
+  std::lock_guard lk(mu_);
+  gateways_[address] = *gw;
+  return *gw;
+}
+
+void ClusterClient::on_gateway_down(const caf::actor_addr& gateway) {
+  std::vector<std::pair<std::shared_ptr<detail::ActorCell>, std::uint64_t>> lost;
+  {
+    std::lock_guard lk(mu_);
+    for (auto it = gateways_.begin(); it != gateways_.end();) {
+      if (it->second.address() == gateway) it = gateways_.erase(it); else ++it;
+    }
+    for (auto& [id, weak] : cells_) {
+      auto cell = weak.lock();
+      if (!cell) continue;
+      auto b = cell->binding();
+      if (b && b->gateway.address() == gateway) lost.push_back({cell, b->incarnation});
+    }
+  }
+  for (auto& [cell, incarnation] : lost) cell->unbind(incarnation, "lost its worker process");
+}
+
+}  // namespace troupe::cluster

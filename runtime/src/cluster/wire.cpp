@@ -1,0 +1,81 @@
+#include "cluster/wire.hpp"
+
+#include "transport/data_plane.hpp"
+
+namespace troupe::detail {
+
+void add_wire_types(caf::actor_system_config& cfg) {
+  cfg.add_message_type<WireCall>("troupe_call");
+  cfg.add_message_type<WireReply>("troupe_reply");
+  cfg.add_message_type<WireRelease>("troupe_release");
+  cfg.add_message_type<std::vector<char>>("troupe_bytes");
+  cfg.add_message_type<std::vector<std::vector<char>>>("troupe_byte_lists");
+  cfg.add_message_type<std::vector<std::uint64_t>>("troupe_u64s");
+}
+
+WirePayload to_wire(const Payload& p) {
+  WirePayload w;
+  w.bytes = p.bytes;
+  w.tensors.reserve(p.tensors.size());
+  for (const auto& t : p.tensors) {
+    if (t.nbytes() <= transport::kInlineMaxBytes) {   // no UCX context for small tensors
+      transport::TensorDescriptor d;
+      d.dtype = t.dtype;
+      d.shape = t.shape;
+      d.nbytes = t.nbytes();
+      d.is_inline = true;
+      if (t.is_contiguous()) {
+        d.inline_bytes.assign(static_cast<const char*>(t.data), static_cast<const char*>(t.data) + d.nbytes);
+      } else {
+        d = transport::DataPlane::instance().expose(t);   // inline too, made contiguous
+      }
+      w.tensors.push_back(transport::encode(d));
+      continue;
+    }
+    auto d = transport::DataPlane::instance().expose(t);
+    if (d.region != 0) w.regions.push_back(d.region);
+    w.tensors.push_back(transport::encode(d));
+  }
+  return w;
+}
+
+Payload from_wire(std::vector<char> bytes, const std::vector<std::vector<char>>& tensors,
+                  std::chrono::milliseconds timeout, std::vector<std::uint64_t>* fetched_regions) {
+  Payload p;
+  p.bytes = std::move(bytes);
+  p.tensors.reserve(tensors.size());
+  for (const auto& raw : tensors) {
+    transport::TensorDescriptor d;
+    try {
+      d = transport::decode_descriptor(raw);
+    } catch (const transport::TransportError& e) {
+      throw DecodeError(std::string("tensor descriptor: ") + e.what());
+    }
+    if (d.is_inline) {
+      auto t = TensorView::empty(d.dtype, d.shape);
+      std::copy(d.inline_bytes.begin(), d.inline_bytes.end(), static_cast<char*>(t.data));
+      p.tensors.push_back(std::move(t));
+      continue;
+    }
+    try {
+      p.tensors.push_back(transport::DataPlane::instance().fetch(d, timeout));
+      if (fetched_regions != nullptr) fetched_regions->push_back(d.region);
+    } catch (const transport::TransportError& e) {
+      using K = transport::TransportError::Kind;
+      ErrorCode code = e.kind() == K::BadDescriptor ? ErrorCode::BadArguments
+                     : e.kind() == K::Timeout      ? ErrorCode::Timeout
+                     : e.kind() == K::PeerGone     ? ErrorCode::ActorDied
+                                                   : ErrorCode::Unavailable;
+      throw CallError(Error{code, std::string("tensor transfer: ") + e.what()});
+    }
+  }
+  return p;
+}
+
+void release_regions(const std::vector<std::uint64_t>& regions) {
+  if (regions.empty()) return;
+  auto& dp = transport::DataPlane::instance();
+  for (auto r : regions) dp.release(r);
+}
+
+}  // namespace troupe::detail

@@ -1,0 +1,227 @@
+#include "cluster/worker.hpp"
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <map>
+
+#include "cluster/hex.hpp"
+#include "cluster/http.hpp"
+#include "cluster/wire.hpp"
+#include "runtime_impl.hpp"
+
+namespace troupe::detail {
+namespace {
+
+using json = nlohmann::json;
+using add_atom = caf::atom_constant<caf::atom("tr_add")>;
+using remove_atom = caf::atom_constant<caf::atom("tr_remove")>;
+
+constexpr auto kHeadLostAfter = std::chrono::seconds(10);
+
+bool token_matches(const std::string& given, const std::string& expected) {
+  if (given.size() != expected.size()) return false;
+  unsigned char diff = 0;
+  for (std::size_t i = 0; i < given.size(); ++i) diff |= static_cast<unsigned char>(given[i] ^ expected[i]);
+  return diff == 0;
+}
+
+struct GatewayState {
+  std::string token;
+  std::map<std::uint64_t, std::pair<caf::actor, std::uint64_t>> actors;   // id -> host, incarnation
+};
+
+void refuse(const WireCall& wc, ErrorCode code, std::string why) {
+  if (!wc.reply_to) return;
+  WireReply r;
+  r.actor_id = wc.actor_id;
+  r.incarnation = wc.incarnation;
+  r.seq = wc.seq;
+  r.code = static_cast<std::int32_t>(code);
+  r.error = std::move(why);
+  caf::anon_send(wc.reply_to, std::move(r));
+}
+
+// The worker's front door: checks the token (SEC-1) and the incarnation (FT-2), then hands the
+// call to the actor's host.
+caf::behavior gateway(caf::stateful_actor<GatewayState>* self, std::string token) {
+  self->state.token = std::move(token);
+  return {
+      [self](WireCall& wc) {
+        if (!token_matches(wc.token, self->state.token)) {
+          spdlog::warn("gateway: refused a call to actor {}: missing or wrong cluster token", wc.actor_id);
+          refuse(wc, ErrorCode::Unavailable, "refused: missing or wrong cluster token");
+          return;
+        }
+        auto it = self->state.actors.find(wc.actor_id);
+        if (it == self->state.actors.end() || it->second.second != wc.incarnation) {
+          refuse(wc, ErrorCode::ActorDied, "actor " + std::to_string(wc.actor_id) + " (incarnation " +
+                                               std::to_string(wc.incarnation) + ") is not hosted here");
+          return;
+        }
+        caf::anon_send(it->second.first, std::move(wc));
+      },
+      [](const WireRelease& r) { release_regions(r.regions); },
+      [self](add_atom, std::uint64_t id, std::uint64_t incarnation, const caf::actor& host) {
+        self->state.actors[id] = {host, incarnation};
+      },
+      [self](remove_atom, std::uint64_t id) { self->state.actors.erase(id); },
+  };
+}
+
+std::string env_or_die(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') {
+    std::fprintf(stderr, "troupe worker: %s is not set (workers are started by a node daemon)\n", name);
+    std::exit(2);
+  }
+  return v;
+}
+
+class Worker {
+ public:
+  explicit Worker(std::uint64_t id) : id_(id) {
+    auto [host, port] = cluster::split_address(env_or_die("TROUPE_HEAD"));
+    head_host_ = host;
+    head_port_ = port;
+    token_ = env_or_die("TROUPE_TOKEN");
+    bind_ = env_or_die("TROUPE_BIND");
+    RuntimeConfig cfg = RuntimeConfig::from_env();
+    cfg.address = env_or_die("TROUPE_HEAD");
+    cfg.token = token_;
+    rt_ = std::make_unique<RuntimeImpl>(cfg);
+  }
+
+  [[noreturn]] void run() {
+    auto& sys = rt_->system();
+    gateway_ = sys.spawn(gateway, token_);
+    auto port = sys.middleman().publish(gateway_, 0, bind_.c_str(), true);
+    if (!port) die("cannot publish the gateway on " + bind_ + ": " + sys.render(port.error()));
+    std::string address = bind_ + ":" + std::to_string(*port);
+    post("/ready", json{{"gateway", address}, {"pid", ::getpid()}});
+    spdlog::info("worker {}: gateway at {}", id_, address);
+    auto last_ok = std::chrono::steady_clock::now();
+    for (;;) {
+      json res;
+      try {
+        res = post("/poll", json::object());
+        last_ok = std::chrono::steady_clock::now();
+      } catch (const std::exception& e) {
+        if (std::chrono::steady_clock::now() - last_ok > kHeadLostAfter) die(std::string("head unreachable: ") + e.what());
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        continue;
+      }
+      if (res.value("state", "") == "dead") die("the head retired this worker");
+      for (const auto& cmd : res.value("commands", json::array())) {
+        if (!run_command(cmd)) finish(0);
+      }
+    }
+  }
+
+ private:
+  // False when the worker should exit.
+  bool run_command(const json& cmd) {
+    std::string kind = cmd.value("kind", "");
+    if (kind == "exit") return false;
+    if (kind == "kill") {
+      auto id = cmd.at("actor_id").get<std::uint64_t>();
+      caf::anon_send(gateway_, remove_atom::value, id);
+      if (auto cell = rt_->find(id)) rt_->kill(cell);
+    } else if (kind == "spawn") {
+      spawn(cmd);
+    }
+    return true;
+  }
+
+  void spawn(const json& cmd) {
+    auto id = cmd.at("actor_id").get<std::uint64_t>();
+    auto incarnation = cmd.at("incarnation").get<std::uint64_t>();
+    std::string type_name = cmd.at("type").get<std::string>();
+    const ActorTypeInfo* type = Registry::instance().find(type_name);
+    Factory factory = type ? type->find_factory(cmd.at("ctor_signature").get<std::string>()) : nullptr;
+    if (factory == nullptr) {
+      report(id, incarnation, "actor_failed", "this binary has no constructor for " + type_name + " with these arguments");
+      return;
+    }
+    Payload args;
+    try {
+      args.bytes = cluster::from_hex(cmd.at("ctor_args").get<std::string>());
+    } catch (const std::invalid_argument& e) {
+      report(id, incarnation, "actor_failed", std::string("constructor arguments: ") + e.what());
+      return;
+    }
+    Options opts;
+    opts.name(cmd.value("name", ""));
+    HostContext ctx{gateway_, incarnation};
+    auto cell = rt_->spawn_hosted(id, *type, factory, std::move(args), opts, ctx);
+    caf::anon_send(gateway_, add_atom::value, id, incarnation, rt_->host_of(*cell));
+    cell->ready().state()->on_ready([this, id, incarnation, cell] {
+      auto s = cell->ready().state();
+      if (s->has_error()) report(id, incarnation, "actor_failed", s->error().message);
+      else report(id, incarnation, "actor_ready", "");
+    });
+  }
+
+  void report(std::uint64_t id, std::uint64_t incarnation, const std::string& kind, const std::string& reason) {
+    try {
+      post("/events", json{{"events", json::array({json{{"kind", kind}, {"actor_id", id},
+                                                        {"incarnation", incarnation}, {"reason", reason}}})}});
+    } catch (const std::exception& e) {
+      spdlog::error("worker {}: could not report {} of actor {}: {}", id_, kind, id, e.what());
+    }
+  }
+
+  json post(const std::string& verb, const json& body) {
+    auto res = cluster::http_call(head_host_, head_port_, "POST", "/api/v1/workers/" + std::to_string(id_) + verb,
+                                  body.dump(), token_, std::chrono::seconds(10));
+    if (res.status != 200) throw std::runtime_error("head answered " + std::to_string(res.status) + ": " + res.body);
+    return json::parse(res.body);
+  }
+
+  [[noreturn]] void die(const std::string& why) {
+    spdlog::error("worker {}: {}", id_, why);
+    finish(1);
+  }
+
+  [[noreturn]] void finish(int status) {
+    caf::anon_send_exit(gateway_, caf::exit_reason::user_shutdown);
+    gateway_ = nullptr;
+    rt_->shutdown();
+    rt_.reset();
+    std::fflush(nullptr);
+    std::_Exit(status);   // no static destructors: other threads of user code may still run
+  }
+
+  std::uint64_t id_;
+  std::string head_host_;
+  std::uint16_t head_port_ = 0;
+  std::string token_, bind_;
+  std::unique_ptr<RuntimeImpl> rt_;
+  caf::actor gateway_;
+};
+
+}  // namespace
+
+void run_worker(const char* worker_id) {
+  std::uint64_t id = 0;
+  try {
+    id = std::stoull(worker_id);
+  } catch (const std::exception&) {
+    std::fprintf(stderr, "troupe worker: bad worker id '%s'\n", worker_id);
+    std::exit(2);
+  }
+  spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [worker " + std::to_string(id) + "] [%l] %v");
+  spdlog::set_level(spdlog::level::info);
+  try {
+    Worker(id).run();
+  } catch (const std::exception& e) {
+    spdlog::error("worker {}: {}", id, e.what());
+    std::fflush(nullptr);
+    std::_Exit(1);
+  }
+}
+
+}  // namespace troupe::detail

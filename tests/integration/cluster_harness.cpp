@@ -1,0 +1,132 @@
+#include "cluster_harness.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <stdexcept>
+#include <thread>
+
+namespace itest {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+CommandResult run(const std::vector<std::string>& argv, std::chrono::seconds timeout) {
+  int pipefd[2];
+  if (::pipe(pipefd) != 0) throw std::runtime_error("pipe");
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(pipefd[1], STDOUT_FILENO);
+    ::dup2(pipefd[1], STDERR_FILENO);
+    ::close(pipefd[0]);
+    ::close(pipefd[1]);
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  ::close(pipefd[1]);
+  ::fcntl(pipefd[0], F_SETFL, O_NONBLOCK);
+  CommandResult r;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(pipefd[0], buf, sizeof buf);
+    if (n > 0) { r.output.append(buf, std::size_t(n)); continue; }
+    int status = 0;
+    if (n == 0 && ::waitpid(pid, &status, 0) == pid) {   // EOF: the daemonized child closed its copy too
+      r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      break;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+      r.status = -1;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ::close(pipefd[0]);
+  return r;
+}
+
+Cluster::Cluster(const std::string& head_resources) {
+  char tmpl[] = "/tmp/troupe-it-XXXXXX";
+  if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp");
+  dir_ = tmpl;
+  int st = 0;
+  std::string out = cli({"start", "--head", "--port", "0", "--resources", head_resources, "--node-timeout-ms", "1500"}, &st);
+  std::smatch m;
+  if (st != 0 || !std::regex_search(out, m, std::regex("started at (\\S+)"))) {
+    throw std::runtime_error("troupe start --head failed: " + out);
+  }
+  address_ = m[1];
+  std::ifstream(fs::path(dir_) / "session_latest" / "token") >> token_;
+}
+
+Cluster::~Cluster() {
+  auto pids = daemon_pids();
+  for (pid_t p : pids) ::kill(p, SIGCONT);   // a frozen daemon cannot stop its workers
+  cli({"stop"});
+  for (pid_t p : pids) ::kill(p, SIGKILL);
+  // Workers die with their daemon (PR_SET_PDEATHSIG); give them a moment, then remove the files.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::error_code ec;
+  fs::remove_all(dir_, ec);
+}
+
+std::string Cluster::cli(const std::vector<std::string>& args, int* status) const {
+  std::vector<std::string> argv{TROUPE_CLI};
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.push_back("--temp-dir");
+  argv.push_back(dir_);
+  auto r = run(argv);
+  if (status != nullptr) *status = r.status;
+  return r.output;
+}
+
+pid_t Cluster::add_node(const std::string& resources) {
+  auto before = daemon_pids();
+  int st = 0;
+  std::string out = cli({"start", "--address", address_, "--token", token_, "--resources", resources}, &st);
+  if (st != 0) throw std::runtime_error("troupe start --address failed: " + out);
+  for (pid_t p : daemon_pids()) {
+    if (std::find(before.begin(), before.end(), p) == before.end()) return p;
+  }
+  throw std::runtime_error("no pid file for the new node");
+}
+
+std::vector<pid_t> Cluster::daemon_pids() const {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(fs::path(dir_) / "pids", ec)) {
+    std::ifstream in(e.path());
+    long p = 0;
+    if (in >> p && p > 0) out.push_back(pid_t(p));
+  }
+  return out;
+}
+
+json Cluster::status() const {
+  int st = 0;
+  std::string out = cli({"status", "--json", "--address", address_, "--token", token_}, &st);
+  if (st != 0) return json::object();
+  return json::parse(out, nullptr, false);
+}
+
+json Cluster::node(int id) const {
+  for (const auto& n : status().value("nodes", json::array())) if (n.value("id", 0) == id) return n;
+  return json::object();
+}
+
+json Cluster::actor(std::uint64_t id) const {
+  for (const auto& a : status().value("actors", json::array())) if (a.value("id", std::uint64_t{0}) == id) return a;
+  return json::object();
+}
+
+}  // namespace itest

@@ -1,0 +1,60 @@
+// A cluster of real processes for one test: a head and node daemons started through the `troupe`
+// CLI in a private temp dir, on a free port. The destructor stops everything it started (CLI
+// stop, then SIGKILL of anything left), so no test leaves a process behind.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <thread>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace itest {
+
+struct CommandResult {
+  int status = -1;       // exit status, or -1 if it timed out (and was killed)
+  std::string output;    // stdout and stderr
+};
+
+// Runs argv with a deadline.
+CommandResult run(const std::vector<std::string>& argv, std::chrono::seconds timeout = std::chrono::seconds(30));
+
+class Cluster {
+ public:
+  explicit Cluster(const std::string& head_resources = "CPU=2");
+  ~Cluster();
+
+  // Starts a node daemon; returns its pid (from its pid file).
+  pid_t add_node(const std::string& resources);
+  nlohmann::json status() const;             // troupe status --json
+  const std::string& address() const { return address_; }
+  const std::string& token() const { return token_; }
+  const std::string& temp_dir() const { return dir_; }
+  std::string cli(const std::vector<std::string>& args, int* status = nullptr) const;
+
+  // Polls status until pred(status) holds or `timeout` passes; returns whether it held.
+  template <class Pred>
+  bool wait_until(Pred pred, std::chrono::milliseconds timeout) const;
+
+  nlohmann::json node(int id) const;
+  nlohmann::json actor(std::uint64_t id) const;
+
+ private:
+  std::vector<pid_t> daemon_pids() const;
+  std::string dir_, address_, token_;
+};
+
+template <class Pred>
+bool Cluster::wait_until(Pred pred, std::chrono::milliseconds timeout) const {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred(status())) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return pred(status());
+}
+
+}  // namespace itest

@@ -1,0 +1,119 @@
+// A real cluster on 127.0.0.1: head and daemons through the CLI, actors in worker processes,
+// calls from the driver and between actors, a 256 MiB tensor between workers of two daemons.
+#include <doctest/doctest.h>
+
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <random>
+
+#include "cluster_harness.hpp"
+#include "test_actors.hpp"
+
+using namespace std::chrono_literals;
+using troupe::ErrorCode;
+
+namespace {
+
+troupe::Runtime connect(const itest::Cluster& c) {
+  troupe::RuntimeConfig cfg;
+  cfg.address = c.address();
+  cfg.token = c.token();
+  cfg.remote_call_timeout = 60s;
+  return troupe::Runtime::create(cfg);
+}
+
+}  // namespace
+
+TEST_CASE("actors on two daemons answer the driver and each other, and move 256 MiB bit-identical") {
+  itest::Cluster cluster;
+  cluster.add_node("CPU=2,node_a=1");
+  cluster.add_node("CPU=2,node_b=1");
+  auto rt = connect(cluster);
+  auto a = rt.spawn<Store>(troupe::Options{}.name("a").resources("node_a=1"), 10);
+  auto b = rt.spawn<Store>(troupe::Options{}.name("b").resources("node_b=1"), 100);
+  REQUIRE(a.ready().wait_for(30s));
+  REQUIRE(b.ready().wait_for(30s));
+  CHECK(a.ready().result().ok());
+  CHECK(a.call(&Store::add, 5).get() == 15);
+  CHECK(b.call(&Store::get).get() == 100);
+  int pid_a = a.call(&Store::pid).get(), pid_b = b.call(&Store::pid).get();
+  CHECK(pid_a != pid_b);
+  CHECK(pid_a != int(::getpid()));
+  auto sa = cluster.actor(a.id()), sb = cluster.actor(b.id());
+  CHECK(sa.value("node", "") != sb.value("node", ""));   // different daemons
+  CHECK(sa.value("state", "") == "alive");
+
+  // Actor to actor, across processes.
+  CHECK(a.call(&Store::add_via, b, 7).get() == 107);
+  CHECK(b.call(&Store::get).get() == 107);
+
+  // 256 MiB made in b's process, pulled by a's process over the data plane.
+  const std::int64_t kBytes = 256ll << 20;
+  auto pulled = a.with_timeout(120s).call(&Store::pull_checksum, b, kBytes, 3).get();
+  auto made = b.call(&Store::checksum_of_last).get();
+  CHECK(pulled == made);
+  // And to the driver: 16 MiB back, checked here.
+  auto t = b.call(&Store::make, std::int64_t(16 << 20), 4).get();
+  CHECK(fnv1a(t.data, t.nbytes()) == b.call(&Store::checksum_of_last).get());
+}
+
+TEST_CASE("a wrong token is refused: no join, no status, no call") {
+  itest::Cluster cluster;
+  int st = 0;
+  std::string out = cluster.cli({"start", "--address", cluster.address(), "--token", "not-the-token",
+                                 "--resources", "CPU=1"}, &st);
+  CHECK(st != 0);
+  CHECK(out.find("token") != std::string::npos);
+  out = cluster.cli({"status", "--address", cluster.address(), "--token", "wrong"}, &st);
+  CHECK(st != 0);
+  CHECK(out.find("token") != std::string::npos);
+  CHECK(cluster.status().value("nodes", nlohmann::json::array()).size() == 1);   // only the head's own
+  troupe::RuntimeConfig cfg;
+  cfg.address = cluster.address();
+  cfg.token = "wrong";
+  auto rt = troupe::Runtime::create(cfg);
+  try {
+    (void)rt.spawn<Store>(troupe::Options{}.process(true), 1);
+    FAIL("spawn with a wrong token was accepted");
+  } catch (const troupe::CallError& e) {
+    CHECK(std::string(e.what()).find("token") != std::string::npos);
+  }
+  // The refusals are logged.
+  auto logs = itest::run({"/bin/sh", "-c", "cat " + cluster.temp_dir() + "/session_latest/logs/head.log"});
+  CHECK(logs.output.find("refused") != std::string::npos);
+}
+
+TEST_CASE("random bytes and truncated messages to the head's port neither crash it nor change it") {
+  itest::Cluster cluster;
+  auto before = cluster.status();
+  auto colon = cluster.address().rfind(':');
+  int port = std::stoi(cluster.address().substr(colon + 1));
+  std::mt19937 rng(7);
+  const std::vector<std::string> shapes = {
+      "", "GET", "POST /api/v1/nodes HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"addr",
+      "POST /api/v1/actors HTTP/1.1\r\nAuthorization: Bearer x\r\nContent-Length: 5\r\n\r\n{{{{{",
+      "GET /api/v1/status HTTP/1.1\r\nContent-Length: 99999999999999\r\n\r\n", "\x16\x03\x01\x02\x00"};
+  for (int i = 0; i < 60; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(std::uint16_t(port));
+    ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    std::string msg = i < int(shapes.size()) ? shapes[i] : std::string();
+    if (msg.empty()) { msg.resize(rng() % 2048); for (auto& c : msg) c = char(rng()); }
+    (void)!::send(fd, msg.data(), msg.size(), MSG_NOSIGNAL);
+    ::close(fd);
+  }
+  // A well-formed request with the token but a body that is not what the endpoint wants.
+  int st = 0;
+  auto after = cluster.status();
+  REQUIRE(after.is_object());
+  CHECK(after["nodes"].size() == before["nodes"].size());
+  CHECK(after["actors"].size() == before["actors"].size());
+  CHECK(after["nodes"][0]["state"] == "alive");
+  (void)st;
+}
