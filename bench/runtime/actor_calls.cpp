@@ -1,5 +1,6 @@
-// build/bench/actor_calls: Ray's actor microbenchmarks on troupe, in-process, beside the same
-// patterns on bare CAF. Prints one JSON object (calls or actors per second) on its last line.
+// build/bench/actor_calls: Ray's actor microbenchmarks on troupe, in-process and cross-process
+// (driver to actors in worker processes on this host, keys prefixed xproc_), beside the same
+// in-process patterns on bare CAF. Prints one JSON object (calls or actors per second) last.
 //   --seconds S   wall time per case (default 2)
 #include <nlohmann/json.hpp>
 
@@ -7,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -30,33 +32,34 @@ void async_calls(const std::vector<troupe::ActorRef<Echo>>& as, int n) {
   troupe::wait_all(fs);
 }
 
-std::map<std::string, double> run_troupe(double seconds) {
-  auto rt = troupe::Runtime::create();
-  std::map<std::string, double> out;
-  auto group = rt.spawn_group<Echo>(bench::kMembers, troupe::Options{});
+// The five patterns over actors spawned with `opts`; keys get `prefix`.
+void run_patterns(troupe::Runtime& rt, const troupe::Options& opts, int members_n, int creations,
+                  double seconds, const std::string& prefix, std::map<std::string, double>& out) {
+  auto group = rt.spawn_group<Echo>(std::size_t(members_n), opts);
+  for (auto& m : group) m.ready().get();
   const auto& members = group.members();
-  out["1_1_actor_calls_sync"] = bench::rate(seconds, 200, [&] {
+  out[prefix + "1_1_actor_calls_sync"] = bench::rate(seconds, 200, [&] {
     for (int i = 0; i < 200; ++i) (void)members[0].call(&Echo::echo, i).get();
   });
-  out["1_1_actor_calls_async"] = bench::rate(seconds, kBatch, [&] { async_calls({members[0]}, kBatch); });
-  out["1_n_actor_calls_async"] = bench::rate(seconds, kBatch, [&] { async_calls(members, kBatch); });
-  out["n_n_actor_calls_async"] = bench::rate(seconds, long(bench::kCallers) * kBatch, [&] {
+  out[prefix + "1_1_actor_calls_async"] = bench::rate(seconds, kBatch, [&] { async_calls({members[0]}, kBatch); });
+  out[prefix + "1_n_actor_calls_async"] = bench::rate(seconds, kBatch, [&] { async_calls(members, kBatch); });
+  out[prefix + "n_n_actor_calls_async"] = bench::rate(seconds, long(bench::kCallers) * kBatch, [&] {
     std::vector<std::thread> ts;
     for (int c = 0; c < bench::kCallers; ++c) ts.emplace_back([&] { async_calls(members, kBatch); });
     for (auto& t : ts) t.join();
   });
   for (auto& m : members) rt.kill(m);
-  out["actor_creation_per_s"] = bench::rate(seconds, 100, [&] {
-    auto g = rt.spawn_group<Echo>(100, troupe::Options{});
+  out[prefix + "actor_creation_per_s"] = bench::rate(seconds, creations, [&] {
+    auto g = rt.spawn_group<Echo>(std::size_t(creations), opts);
     (void)g.call_all(&Echo::echo, 1).get();
     for (auto& m : g) rt.kill(m);
   });
-  return out;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  auto rt = troupe::init(argc, argv);   // worker processes of the xproc cases run this binary too
   double seconds = 2.0;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--seconds") == 0) seconds = std::atof(argv[i + 1]);
@@ -65,8 +68,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "actor_calls: --seconds must be positive\n");
     return 2;
   }
+  std::map<std::string, double> troupe_figures;
+  run_patterns(rt, troupe::Options{}, bench::kMembers, 100, seconds, "", troupe_figures);
+  run_patterns(rt, troupe::Options{}.process(true), bench::kCallers * 2, 4, seconds, "xproc_", troupe_figures);
+  rt.shutdown();
   nlohmann::json j;
-  for (auto& [k, v] : run_troupe(seconds)) j[k] = std::round(v);
+  for (auto& [k, v] : troupe_figures) j[k] = std::round(v);
   for (auto& [k, v] : bench::run_raw_caf(seconds)) j[k] = std::round(v);
   for (const char* k : {"1_1_actor_calls_sync", "1_1_actor_calls_async", "1_n_actor_calls_async",
                         "n_n_actor_calls_async", "actor_creation_per_s"}) {

@@ -7,7 +7,7 @@ namespace {
 
 // A reply often arrives within microseconds; spinning that long before sleeping saves two
 // context switches per synchronous call. Bounded, so an idle waiter costs nothing.
-constexpr int kSpinIterations = 4000;
+constexpr int kSpinIterations = 1000;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)

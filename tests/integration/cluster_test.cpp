@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <random>
@@ -116,4 +117,38 @@ TEST_CASE("random bytes and truncated messages to the head's port neither crash 
   CHECK(after["actors"].size() == before["actors"].size());
   CHECK(after["nodes"][0]["state"] == "alive");
   (void)st;
+}
+
+TEST_CASE("colocated actors share one worker process") {
+  itest::Cluster cluster;
+  auto rt = connect(cluster);
+  auto first = rt.spawn<Store>(troupe::Options{}.process(true), 1);
+  auto second = rt.spawn<Store>(troupe::Options{}.colocate_with(first), 2);
+  auto third = rt.spawn<Store>(troupe::Options{}.process(true), 3);
+  CHECK(first.call(&Store::pid).get() == second.call(&Store::pid).get());
+  CHECK(first.call(&Store::pid).get() != third.call(&Store::pid).get());
+  CHECK(second.call(&Store::add_via, first, 10).get() == 11);   // a local call inside the worker
+}
+
+TEST_CASE("without an address, a process actor runs on an embedded head and node") {
+  char tmpl[] = "/tmp/troupe-embedded-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  int worker_pid = 0;
+  {
+    troupe::RuntimeConfig cfg;
+    cfg.session_root = tmpl;
+    auto rt = troupe::Runtime::create(cfg);
+    auto local = rt.spawn<Store>(troupe::Options{}, 1);
+    auto remote = rt.spawn<Store>(troupe::Options{}.process(true), 2);
+    CHECK(local.call(&Store::pid).get() == int(::getpid()));
+    worker_pid = remote.call(&Store::pid).get();
+    CHECK(worker_pid != int(::getpid()));
+    auto other = rt.spawn<Store>(troupe::Options{}.process(true), 10);
+    CHECK(remote.call(&Store::add_via, other, 5).get() == 15);   // worker to worker
+    // In-process actors are reachable only inside their process: passing one out is refused.
+    CHECK(remote.call(&Store::add_via, local, 5).result().error().code == ErrorCode::BadArguments);
+  }
+  // The runtime's shutdown stopped the embedded node and its worker.
+  CHECK(::kill(worker_pid, 0) != 0);
+  itest::run({"/bin/rm", "-rf", tmpl});
 }

@@ -203,7 +203,8 @@ void Head::on_worker_lost(Worker& w, const std::string& why) {
   if (auto n = nodes_.find(w.node); n != nodes_.end() && n->second.row.state == "alive") {
     n->second.commands.push_back(json{{"kind", "kill_worker"}, {"worker_id", w.id}});
   }
-  spdlog::warn("head: worker {} on node {} lost: {}", w.id, w.node, why);
+  if (w.actors.empty()) spdlog::info("head: worker {} on node {} ended: {}", w.id, w.node, why);
+  else spdlog::warn("head: worker {} on node {} lost: {}", w.id, w.node, why);
   std::map<std::uint64_t, Worker*> regroup;   // colocated actors restart together
   auto members = w.actors;
   w.actors.clear();

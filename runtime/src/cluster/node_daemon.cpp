@@ -131,7 +131,8 @@ void NodeDaemon::reap_loop() {
       std::lock_guard lk(mu_);
       for (auto it = workers_.begin(); it != workers_.end();) {
         if (auto how = try_reap(it->second)) {
-          spdlog::warn("node {}: worker {} (pid {}) exited: {}", node_id_, it->first, it->second, *how);
+          if (*how == "exit 0") spdlog::info("node {}: worker {} (pid {}) exited", node_id_, it->first, it->second);
+          else spdlog::warn("node {}: worker {} (pid {}) exited: {}", node_id_, it->first, it->second, *how);
           events.push_back(json{{"kind", "worker_exited"}, {"worker_id", it->first}, {"status", *how}});
           it = workers_.erase(it);
         } else {

@@ -20,10 +20,9 @@ void* allocate(std::size_t capacity) {
   const bool big = capacity >= BufferPool::kMinPooled;
   void* p = std::aligned_alloc(big ? kHugePage : 64, capacity);
   if (p == nullptr) throw std::bad_alloc();
-  if (big) {   // advice only: failures are harmless
-    ::madvise(p, capacity, MADV_HUGEPAGE);
-    ::madvise(p, capacity, MADV_POPULATE_WRITE);   // one batched fault pass instead of one per page
-  }
+  // One batched fault pass instead of a fault per page (advice only). Transparent huge pages were
+  // tried and dropped: with defrag=madvise a 1 GiB first touch could stall in compaction.
+  if (big) ::madvise(p, capacity, MADV_POPULATE_WRITE);
   return p;
 }
 

@@ -1,6 +1,6 @@
-// Receive buffers for DataPlane::fetch. A fresh 1 GiB buffer costs ~260k page faults (or 512 huge
-// ones plus zeroing) on first touch — as much as the transfer itself — so big buffers freed by
-// their last TensorView come back here and the next fetch of a similar size reuses them.
+// Receive buffers for DataPlane::fetch. A fresh 1 GiB buffer costs ~260k page faults plus zeroing
+// on first touch — as much as the transfer itself — so big buffers freed by their last
+// TensorView come back here and the next fetch of a similar size reuses them.
 #pragma once
 
 #include <chrono>
@@ -17,8 +17,8 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   static constexpr std::size_t kMaxCachedBytes = std::size_t(2) << 30;
   static constexpr auto kMaxIdle = std::chrono::seconds(10);
 
-  // A 64-byte-aligned buffer of at least `n` bytes (2 MiB aligned, huge-page advised and
-  // prefaulted when big; contents unspecified). Its deleter returns it to this pool, or frees it
+  // A 64-byte-aligned buffer of at least `n` bytes (2 MiB aligned and prefaulted when big;
+  // contents unspecified). Its deleter returns it to this pool, or frees it
   // once the pool is gone. Thread-safe; throws std::bad_alloc.
   std::shared_ptr<void> get(std::size_t n);
   // Frees cached buffers idle for longer than kMaxIdle. Thread-safe.
