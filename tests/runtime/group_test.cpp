@@ -1,6 +1,9 @@
 // ActorGroup: call_all, scatter and member access.
 #include <doctest/doctest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "troupe/troupe.hpp"
 
 namespace {
@@ -13,9 +16,13 @@ struct Shard {
     return s + 1000 * rank;
   }
   void noop() {}
+  int slow_rank(int ms) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    return rank;
+  }
 };
 }  // namespace
-TROUPE_ACTOR(Shard, set_rank, sum, noop);
+TROUPE_ACTOR(Shard, set_rank, sum, noop, slow_rank);
 
 TEST_CASE("call_all answers with one result per member, in member order") {
   auto rt = troupe::Runtime::create();
@@ -44,4 +51,22 @@ TEST_CASE("a group call fails when one member is dead") {
   rt.kill(g[1]);
   auto r = g.call_all(&Shard::set_rank, 1).result();
   CHECK(r.error().code == troupe::ErrorCode::ActorDied);
+}
+
+TEST_CASE("call_balanced sends work to the member with the least outstanding cost") {
+  auto rt = troupe::Runtime::create();
+  auto g = rt.spawn_group<Shard>(2, troupe::Options{});
+  g[0].call(&Shard::set_rank, 0).get();
+  g[1].call(&Shard::set_rank, 1).get();
+  auto big = g.call_balanced(1000, &Shard::slow_rank, 300);   // member 0 now carries 1000
+  std::vector<troupe::Future<int>> small;
+  for (int i = 0; i < 5; ++i) small.push_back(g.call_balanced(10, &Shard::slow_rank, 0));
+  for (auto& f : small) CHECK(f.get() == 1);   // 5 x 10 < 1000: all to the idle member
+  CHECK(big.get() == 0);
+  // Once the big call completed its cost is returned: zero-cost calls rotate again.
+  auto a = g.call_balanced(0, &Shard::slow_rank, 0).get();
+  auto b = g.call_balanced(0, &Shard::slow_rank, 0).get();
+  CHECK(a != b);
+  troupe::ActorGroup<Shard> empty;
+  CHECK(empty.call_balanced(1, &Shard::noop).result().error().code == troupe::ErrorCode::Unavailable);
 }

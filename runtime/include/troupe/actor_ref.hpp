@@ -13,6 +13,7 @@
 
 #include "troupe/codec.hpp"
 #include "troupe/future.hpp"
+#include "troupe/placement/dispatcher.hpp"
 #include "troupe/registry.hpp"
 
 namespace troupe {
@@ -105,7 +106,9 @@ template <class T>
 class ActorGroup {
  public:
   ActorGroup() = default;
-  explicit ActorGroup(std::vector<ActorRef<T>> members) : members_(std::move(members)) {}
+  explicit ActorGroup(std::vector<ActorRef<T>> members)
+      : members_(std::move(members)),
+        dispatcher_(std::make_shared<placement::LeastLoadedDispatcher>(members_.size())) {}
 
   std::size_t size() const { return members_.size(); }
   const ActorRef<T>& operator[](std::size_t i) const { return members_.at(i); }
@@ -138,8 +141,22 @@ class ActorGroup {
     return when_all(std::move(fs));
   }
 
+  // One call, to the member with the least outstanding cost among this group's balanced calls
+  // (e.g. cost = a sequence's tokens): the scheduler's answer to uneven work in multi-stage
+  // pipelines. The cost is returned when the call completes. Copies of a group share the load.
+  template <class M, class... A>
+  auto call_balanced(std::int64_t cost, M method, A&&... args) const {
+    using R = typename detail::MethodTraits<M>::Result;
+    auto ticket = dispatcher_ ? dispatcher_->acquire(cost < 0 ? 0 : cost) : std::nullopt;
+    if (!ticket) return make_error_future<R>(Error{ErrorCode::Unavailable, "call_balanced on an empty group"});
+    auto f = members_[ticket->member].call(method, std::forward<A>(args)...);
+    f.state()->on_ready([d = dispatcher_, t = *ticket] { d->release(t); });
+    return f;
+  }
+
  private:
   std::vector<ActorRef<T>> members_;
+  std::shared_ptr<placement::LeastLoadedDispatcher> dispatcher_;
 };
 
 }  // namespace troupe
