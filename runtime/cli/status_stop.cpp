@@ -58,6 +58,17 @@ void print_table(const json& s) {
               << std::setw(6) << a.value("node", "") << std::setw(9) << a.value("pid", 0) << std::setw(11)
               << a.value("state", "") << std::setw(10) << a.value("restarts", 0) << a.value("reason", "") << "\n";
   }
+  std::cout << "\nPLACEMENT GROUPS\n" << std::setw(6) << "ID" << std::setw(15) << "STRATEGY" << std::setw(14)
+            << "STATE" << "BUNDLES (resources@node)\n";
+  for (const auto& g : s.value("placement_groups", json::array())) {
+    std::string bundles;
+    for (const auto& b : g.at("bundles")) {
+      bundles += (bundles.empty() ? "" : "  ") + b.value("resources", "") + "@" +
+                 (b["node"].is_null() ? std::string("-") : std::to_string(b["node"].get<std::uint64_t>()));
+    }
+    std::cout << std::setw(6) << g.value("id", 0) << std::setw(15) << g.value("strategy", "") << std::setw(14)
+              << g.value("state", "") << bundles << "\n";
+  }
 }
 
 }  // namespace

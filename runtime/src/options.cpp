@@ -1,5 +1,7 @@
 #include "troupe/options.hpp"
 
+#include "troupe/runtime.hpp"
+
 #include <cstdio>
 
 namespace troupe {
@@ -15,6 +17,13 @@ std::string number(double v) {
 }
 
 }  // namespace
+
+Options& Options::bundle(const PlacementGroup& group, int index, bool colocate) {
+  group_ = group.id();
+  bundle_index_ = index;
+  colocate_ = colocate;
+  return *this;
+}
 
 std::string Options::resource_text() const {
   std::string out;

@@ -201,6 +201,40 @@ Runtime Runtime::create(RuntimeConfig config) {
   return Runtime(std::make_unique<detail::RuntimeImpl>(std::move(config)));
 }
 
+PlacementGroup Runtime::placement_group(const std::vector<std::string>& bundles, const std::string& strategy,
+                                        const std::string& name) {
+  nlohmann::json body{{"bundles", bundles}, {"strategy", strategy}, {"name", name}};
+  auto res = impl_->cluster().request("POST", "/api/v1/placement_groups", body);
+  return PlacementGroup(impl_.get(), res.at("id").get<std::uint64_t>());
+}
+
+std::string PlacementGroup::state() const {
+  try {
+    return rt_->cluster().request("GET", "/api/v1/placement_groups/" + std::to_string(id_), nullptr).value("state", "");
+  } catch (const CallError& e) {
+    if (e.code() == ErrorCode::BadArguments) return "REMOVED";
+    throw;
+  }
+}
+
+bool PlacementGroup::ready(std::chrono::milliseconds timeout) const {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    std::string s = state();
+    if (s == "CREATED") return true;
+    if (s == "REMOVED" || std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+void PlacementGroup::remove() const {
+  try {
+    rt_->cluster().request("POST", "/api/v1/placement_groups/" + std::to_string(id_) + "/remove", nlohmann::json::object());
+  } catch (const CallError& e) {
+    if (e.code() != ErrorCode::BadArguments) throw;   // already removed
+  }
+}
+
 void Runtime::shutdown() {
   if (impl_) impl_->shutdown();
 }

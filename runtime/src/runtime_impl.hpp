@@ -44,13 +44,13 @@ class RuntimeImpl {
   void shutdown();
 
   const RuntimeConfig& config() const { return config_; }
+  cluster::ClusterClient& cluster();   // connects (or starts the embedded cluster) on first use
   caf::actor_system& system() { return *system_; }
 
  private:
   static caf::actor_system_config& configure(caf::actor_system_config& cfg, const RuntimeConfig& rc);
   std::shared_ptr<ActorCell> spawn_local(std::uint64_t id, const ActorTypeInfo& type, Factory factory,
                                          Payload ctor_args, const Options& opts, HostContext ctx);
-  cluster::ClusterClient& cluster();   // connects (or starts the embedded cluster) on first use
 
   RuntimeConfig config_;
   caf::actor_system_config caf_config_;

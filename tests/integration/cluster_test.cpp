@@ -152,3 +152,32 @@ TEST_CASE("without an address, a process actor runs on an embedded head and node
   CHECK(::kill(worker_pid, 0) != 0);
   itest::run({"/bin/rm", "-rf", tmpl});
 }
+
+TEST_CASE("placement groups reserve bundles across nodes; colocated actors share a bundle's process") {
+  itest::Cluster cluster("CPU=2");
+  cluster.add_node("CPU=2");
+  auto rt = connect(cluster);
+  auto pg = rt.placement_group({"CPU=1", "CPU=1"}, "STRICT_SPREAD", "pair");
+  REQUIRE(pg.ready(10s));
+  auto trainer = rt.spawn<Store>(troupe::Options{}.bundle(pg, 0, true).cpus(0.5), 1);
+  auto rollout = rt.spawn<Store>(troupe::Options{}.bundle(pg, 0, true).cpus(0.5), 2);
+  auto other = rt.spawn<Store>(troupe::Options{}.bundle(pg, 1).cpus(1), 3);
+  CHECK(trainer.call(&Store::pid).get() == rollout.call(&Store::pid).get());
+  CHECK(cluster.actor(trainer.id()).value("node", "") != cluster.actor(other.id()).value("node", ""));
+  auto groups = cluster.status().value("placement_groups", nlohmann::json::array());
+  REQUIRE(groups.size() == 1);
+  CHECK(groups[0]["state"] == "CREATED");
+  CHECK(groups[0]["bundles"][0]["node"] != groups[0]["bundles"][1]["node"]);
+
+  // More bundles than nodes under STRICT_SPREAD: never partly placed, it waits as pending.
+  auto wide = rt.placement_group({"CPU=0.1", "CPU=0.1", "CPU=0.1"}, "STRICT_SPREAD");
+  CHECK_FALSE(wide.ready(300ms));
+  CHECK(wide.state() == "PENDING");
+  CHECK_THROWS_AS(rt.placement_group({"CPU=lots"}), troupe::CallError);
+
+  pg.remove();   // releases the bundles and kills the actors in them
+  auto f = trainer.call(&Store::get);
+  REQUIRE(f.wait_for(10s));
+  CHECK(f.result().error().code == ErrorCode::ActorDied);
+  CHECK(pg.state() == "REMOVED");
+}

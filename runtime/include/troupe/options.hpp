@@ -9,6 +9,7 @@ namespace troupe {
 
 template <class T>
 class ActorRef;
+class PlacementGroup;
 
 class Options {
  public:
@@ -34,6 +35,10 @@ class Options {
   // Share `other`'s worker process (same node, same address space: tensors pass without a copy).
   template <class U>
   Options& colocate_with(const ActorRef<U>& other) { colocate_with_ = other.id(); return *this; }
+  // Place the actor in bundle `index` of `group` (-1: any bundle with room); it holds that
+  // bundle's resources. With `colocate`, actors of one bundle share one worker process: how a
+  // trainer and a rollout engine swap weights with no copy.
+  Options& bundle(const PlacementGroup& group, int index = -1, bool colocate = false);
   // Worker actors: how many times the actor is started again after its process dies (-1: no
   // limit). Its id, and every ActorRef to it, stay valid across restarts.
   Options& max_restarts(int n) { max_restarts_ = n; return *this; }
@@ -47,9 +52,14 @@ class Options {
   int max_restarts() const { return max_restarts_; }
   int max_retries() const { return max_retries_; }
   std::uint64_t colocate_with() const { return colocate_with_; }
+  std::uint64_t placement_group() const { return group_; }
+  int bundle_index() const { return bundle_index_; }
+  bool colocate() const { return colocate_; }
   // "CPU=2,GPU=0.5,..." from cpus, gpus and resources().
   std::string resource_text() const;
-  bool needs_process() const { return process_ || !resource_text().empty() || colocate_with_ != 0; }
+  bool needs_process() const {
+    return process_ || !resource_text().empty() || colocate_with_ != 0 || group_ != 0;
+  }
 
  private:
   std::string name_;
@@ -59,6 +69,9 @@ class Options {
   double cpus_ = 0, gpus_ = 0;
   std::string resources_;
   std::uint64_t colocate_with_ = 0;
+  std::uint64_t group_ = 0;
+  int bundle_index_ = -1;
+  bool colocate_ = false;
   int max_restarts_ = 0;
   int max_retries_ = 0;
 };

@@ -46,6 +46,26 @@ std::shared_ptr<ActorCell> spawn_actor(RuntimeImpl& rt, const ActorTypeInfo& typ
 void kill_actor(RuntimeImpl& rt, const std::shared_ptr<ActorCell>& cell);
 }  // namespace detail
 
+// A set of resource bundles reserved together on the cluster (Ray's placement groups): PACK,
+// SPREAD, STRICT_PACK or STRICT_SPREAD. All bundles or none (PG-1). Cheap to copy.
+class PlacementGroup {
+ public:
+  std::uint64_t id() const { return id_; }
+  // Waits until every bundle is reserved; false if `timeout` passed first (the group stays
+  // pending and is placed once room appears) or the group was removed.
+  bool ready(std::chrono::milliseconds timeout) const;
+  // "PENDING", "CREATED", "RESCHEDULING" (a node died; its bundles wait for room) or "REMOVED".
+  std::string state() const;
+  // Releases every bundle and kills the actors placed in them. Idempotent.
+  void remove() const;
+
+ private:
+  friend class Runtime;
+  PlacementGroup(detail::RuntimeImpl* rt, std::uint64_t id) : rt_(rt), id_(id) {}
+  detail::RuntimeImpl* rt_ = nullptr;
+  std::uint64_t id_ = 0;
+};
+
 class Runtime {
  public:
   // Starts a runtime. Only one may be live per process at a time (throws std::logic_error).
@@ -72,6 +92,12 @@ class Runtime {
   // running finishes first, and its result is dropped. Idempotent.
   template <class T>
   void kill(const ActorRef<T>& ref) { if (ref.valid()) detail::kill_actor(*impl_, ref.cell()); }
+
+  // Reserves `bundles` ("CPU=1,GPU=1" each) with `strategy` on the cluster (joining it, or
+  // starting the embedded one). Returns at once; see PlacementGroup::ready. Throws CallError
+  // (BadArguments) for a malformed bundle or strategy, (Unavailable) without a head.
+  PlacementGroup placement_group(const std::vector<std::string>& bundles, const std::string& strategy = "PACK",
+                                 const std::string& name = "");
 
   // Stops every actor (their calls fail with ActorDied), then joins all threads. Idempotent.
   void shutdown();

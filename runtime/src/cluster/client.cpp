@@ -54,7 +54,8 @@ json ClusterClient::call_head(const std::string& method, const std::string& targ
   json parsed = json::parse(res.body, nullptr, false);
   if (res.status != 200) {
     std::string why = parsed.is_object() ? parsed.value("error", res.body) : res.body;
-    ErrorCode code = res.status == 400 || res.status == 409 ? ErrorCode::BadArguments : ErrorCode::Unavailable;
+    ErrorCode code = res.status == 400 || res.status == 404 || res.status == 409 ? ErrorCode::BadArguments
+                                                                                : ErrorCode::Unavailable;
     throw CallError(Error{code, "head refused: " + why});
   }
   if (parsed.is_discarded()) throw CallError(Error{ErrorCode::Unavailable, "head sent a body that is not JSON"});
@@ -83,7 +84,8 @@ std::shared_ptr<detail::ActorCell> ClusterClient::spawn(const detail::ActorTypeI
   json req{{"type", type.name}, {"name", opts.name()}, {"ctor_signature", signature},
            {"ctor_args", to_hex(ctor_args.bytes)}, {"max_restarts", opts.max_restarts()},
            {"max_retries", opts.max_retries()}, {"resources", opts.resource_text()}, {"binary", self_binary()},
-           {"colocate_with", opts.colocate_with()}};
+           {"colocate_with", opts.colocate_with()}, {"placement_group", opts.placement_group()},
+           {"bundle_index", opts.bundle_index()}, {"colocate", opts.colocate()}};
   auto res = call_head("POST", "/api/v1/actors", req);
   auto id = res.at("actor_id").get<std::uint64_t>();
   auto cell = make_cell(id, type.name, opts.name(), opts.max_retries(), opts.call_timeout());

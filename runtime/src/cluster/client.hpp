@@ -52,6 +52,10 @@ class ClusterClient {
   void stop(bool keep_actors);
 
   const HeadEndpoint& head() const { return head_; }
+  // One head API call; throws CallError (BadArguments for 400/409, Unavailable otherwise).
+  nlohmann::json request(const std::string& method, const std::string& target, const nlohmann::json& body) {
+    return call_head(method, target, body);
+  }
   // Router side: a monitored gateway's process is gone.
   void on_gateway_down(const caf::actor_addr& gateway);
 

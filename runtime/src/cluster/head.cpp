@@ -81,6 +81,8 @@ HttpResponse Head::route(const HttpRequest& req) {
     if (rest == "/directory" && req.method == "GET") return directory(req);
     if (rest == "/nodes" && req.method == "POST") return register_node(json::parse(req.body));
     if (rest == "/actors" && req.method == "POST") return create_actor(json::parse(req.body));
+    if (rest == "/placement_groups" && req.method == "POST") return create_group(json::parse(req.body));
+    if (rest.rfind("/placement_groups/", 0) == 0) return route_group(req, rest.substr(17));
     if (rest.rfind("/nodes/", 0) == 0) return route_node(req, rest.substr(6));
     if (rest.rfind("/workers/", 0) == 0) return route_worker(req, rest.substr(8));
     if (rest.rfind("/actors/", 0) == 0) return route_actor(req, rest.substr(7));
@@ -115,6 +117,14 @@ HttpResponse Head::route_actor(const HttpRequest& req, const std::string& rest) 
   if (verb.empty() && req.method == "GET") return get_actor(id);
   if (verb == "kill" && req.method == "POST") return kill_actor(id);
   return error_reply(404, "no such actor endpoint");
+}
+
+HttpResponse Head::route_group(const HttpRequest& req, const std::string& rest) {
+  auto [id, verb] = split_id(rest);
+  if (id == 0) return error_reply(404, "bad placement group id");
+  if (verb.empty() && req.method == "GET") return get_group(id);
+  if (verb == "remove" && req.method == "POST") return remove_group(id);
+  return error_reply(404, "no such placement group endpoint");
 }
 
 HttpResponse Head::poll_node(std::uint64_t id) {
@@ -166,9 +176,13 @@ HttpResponse Head::status() {
   for (auto& [nid, n] : nodes_) nodes.push_back(node_json(n));
   json actors = json::array();
   for (auto& [aid, a] : actors_) actors.push_back(actor_json(a));
+  json groups = json::array();
+  for (auto gid : scheduler_.group_ids()) {
+    if (auto g = scheduler_.group(gid)) groups.push_back(group_json(*g));
+  }
   return reply(200, json{{"head", address()}, {"session_dir", config_.session_dir},
                          {"logs", (std::filesystem::path(config_.session_dir) / "logs").string()},
-                         {"nodes", nodes}, {"actors", actors}});
+                         {"nodes", nodes}, {"actors", actors}, {"placement_groups", groups}});
 }
 
 void Head::detector_loop() {

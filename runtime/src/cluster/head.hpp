@@ -62,6 +62,7 @@ class Head {
   HttpResponse route_node(const HttpRequest& req, const std::string& rest);
   HttpResponse route_worker(const HttpRequest& req, const std::string& rest);
   HttpResponse route_actor(const HttpRequest& req, const std::string& rest);
+  HttpResponse route_group(const HttpRequest& req, const std::string& rest);
 
   // Node handlers.
   HttpResponse register_node(const nlohmann::json& body);
@@ -77,9 +78,16 @@ class Head {
   HttpResponse get_actor(std::uint64_t id);
   HttpResponse directory(const HttpRequest& req);
   HttpResponse status();
+  // Placement groups (head_groups.cpp).
+  HttpResponse create_group(const nlohmann::json& body);
+  HttpResponse get_group(std::uint64_t id);
+  HttpResponse remove_group(std::uint64_t id);
+  nlohmann::json group_json(const placement::GroupView& g) const;
+  void after_release();   // resources came free: pending groups, then pending actors, get a chance
 
   // State transitions; mu_ held.
   void place_and_start(ActorRow& actor, std::uint64_t colocate_with);
+  Worker* worker_for(const placement::Placement& p, const std::string& binary);
   Worker& new_worker(std::uint64_t node, const std::string& binary);
   void start_on_worker(Worker& w, ActorRow& actor);
   void on_worker_lost(Worker& w, const std::string& why);
@@ -103,6 +111,7 @@ class Head {
   std::map<std::uint64_t, Node> nodes_;
   std::map<std::uint64_t, Worker> workers_;
   std::map<std::uint64_t, ActorRow> actors_;
+  std::map<std::uint64_t, std::uint64_t> process_workers_;   // placement's colocation key -> worker
   placement::Scheduler scheduler_;
   std::thread detector_;
   std::unique_ptr<HttpServer> server_;   // last: it calls into everything above

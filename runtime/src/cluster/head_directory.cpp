@@ -39,9 +39,7 @@ HttpResponse Head::register_node(const json& body) {
   if (auto st = scheduler_.add_node(id, total); !st.is_ok()) throw std::invalid_argument(st.to_string());
   save(n.row);
   spdlog::info("head: node {} joined from {} with {}", id, n.row.address, n.row.resources);
-  for (auto& [aid, a] : actors_) {   // actors that waited for room
-    if (a.state == "pending" && a.worker_id.empty()) place_and_start(a, 0);
-  }
+  after_release();
   changed();
   return reply(200, json{{"node_id", id}, {"session_dir", config_.session_dir},
                          {"poll_hold_ms", config_.poll_hold.count()}});
@@ -110,7 +108,9 @@ HttpResponse Head::create_actor(const json& body) {
   parse_resources(a.resources);   // reject bad strings before anything is stored
   if (a.type.empty()) throw std::invalid_argument("type must not be empty");
   if (a.max_restarts < -1) throw std::invalid_argument("max_restarts must be -1 (unlimited) or more");
-  json spec{{"binary", body.at("binary").get<std::string>()}, {"max_retries", body.value("max_retries", 0)}};
+  json spec{{"binary", body.at("binary").get<std::string>()}, {"max_retries", body.value("max_retries", 0)},
+            {"placement_group", body.value("placement_group", std::uint64_t{0})},
+            {"bundle_index", body.value("bundle_index", -1)}, {"colocate", body.value("colocate", false)}};
   a.spec = spec.dump();
   std::uint64_t colocate_with = body.value("colocate_with", std::uint64_t{0});
   std::lock_guard lk(mu_);
@@ -145,6 +145,7 @@ HttpResponse Head::kill_actor(std::uint64_t id) {
       if (w->second.actors.empty()) w->second.commands.push_back(json{{"kind", "exit"}});
     }
     save(a);
+    after_release();
     changed();
   }
   return reply(200, actor_json(a));
@@ -164,15 +165,38 @@ void Head::place_and_start(ActorRow& a, std::uint64_t colocate_with) {
     start_on_worker(workers_.at(std::stoull(target.worker_id)), a);
     return;
   }
-  auto placed = scheduler_.place_actor(placement::ActorRequest{a.id, parse_resources(a.resources), {}, false, {}});
-  if (!placed.is_ok()) {   // waits, pending, until a node with room joins
-    a.worker_id.clear();
+  json spec = json::parse(a.spec);
+  placement::ActorRequest req{a.id, parse_resources(a.resources), {}, false, {}};
+  if (auto group = spec.value("placement_group", std::uint64_t{0}); group != 0) {
+    req.bundle = placement::BundleRef{group, spec.value("bundle_index", -1)};
+    req.colocate = spec.value("colocate", false);
+  }
+  auto placed = scheduler_.place_actor(req);
+  if (!placed.is_ok()) {
+    if (placed.status().code() == placement::StatusCode::kInvalidArgument ||
+        placed.status().code() == placement::StatusCode::kNotFound) {
+      a.state = "dead";   // can never be placed: a bad bundle index, a removed group
+      a.death_reason = "cannot be placed: " + placed.status().message();
+      return;
+    }
+    a.worker_id.clear();   // waits, pending, until a node or a bundle with room appears
     a.node_id.clear();
     a.death_reason = "waiting for resources: " + placed.status().message();
     spdlog::info("head: actor {} is pending: {}", a.id, placed.status().to_string());
     return;
   }
-  start_on_worker(new_worker(placed->node, binary), a);
+  start_on_worker(*worker_for(*placed, binary), a);
+}
+
+Head::Worker* Head::worker_for(const placement::Placement& p, const std::string& binary) {
+  auto it = process_workers_.find(p.worker.process);
+  if (it != process_workers_.end()) {
+    auto w = workers_.find(it->second);
+    if (w != workers_.end() && w->second.state != "dead") return &w->second;
+  }
+  Worker& w = new_worker(p.node, binary);
+  process_workers_[p.worker.process] = w.id;
+  return &w;
 }
 
 Head::Worker& Head::new_worker(std::uint64_t node, const std::string& binary) {
@@ -209,6 +233,7 @@ void Head::on_worker_lost(Worker& w, const std::string& why) {
   auto members = w.actors;
   w.actors.clear();
   for (auto aid : members) restart_or_bury(actors_.at(aid), why, regroup);
+  after_release();
 }
 
 void Head::restart_or_bury(ActorRow& a, const std::string& why, std::map<std::uint64_t, Worker*>& regroup) {
@@ -245,6 +270,13 @@ void Head::on_node_dead(Node& n, const std::string& why) {
     if (w.node == id) on_worker_lost(w, "its node " + std::to_string(id) + " died (" + why + ")");
   }
   changed();
+}
+
+void Head::after_release() {
+  (void)scheduler_.take_ready_groups();   // their state shows in GET; actors waiting on them retry below
+  for (auto& [aid, a] : actors_) {
+    if ((a.state == "pending" || a.state == "restarting") && a.worker_id.empty()) place_and_start(a, 0);
+  }
 }
 
 void Head::save(const ActorRow& a) {
