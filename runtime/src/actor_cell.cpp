@@ -144,7 +144,7 @@ void ActorCell::send_remote(std::uint64_t seq, const RemoteBinding& b, const std
   wc.method = method;
   wc.args = std::move(wp.bytes);
   wc.tensors = std::move(wp.tensors);
-  caf::anon_send(b.gateway, std::move(wc));
+  caf::anon_send(b.host ? b.host : b.gateway, std::move(wc));
 }
 
 void ActorCell::bind(RemoteBinding b) {

@@ -41,8 +41,9 @@ namespace troupe::detail {
 
 // Where a remote actor runs now.
 struct RemoteBinding {
-  caf::actor gateway;          // the worker process's gateway (a middleman proxy)
+  caf::actor gateway;          // the worker process's gateway (a middleman proxy): watched for its death
   std::string address;         // "host:port" of that gateway
+  caf::actor host;             // the actor's host in that process: calls go straight to it
   std::uint64_t incarnation = 0;
 };
 

@@ -17,6 +17,7 @@ namespace troupe::detail {
 struct HostContext {
   caf::actor gateway;                              // set in worker processes
   std::uint64_t incarnation = 0;
+  std::string token;                               // remote calls must carry it (SEC-1)
   std::chrono::milliseconds fetch_timeout{60000};  // pulling a remote call's tensor arguments
 };
 

@@ -42,6 +42,10 @@ RuntimeImpl::~RuntimeImpl() {
 caf::actor_system_config& RuntimeImpl::configure(caf::actor_system_config& cfg, const RuntimeConfig& rc) {
   unsigned threads = rc.threads > 0 ? unsigned(rc.threads) : std::max(1u, std::thread::hardware_concurrency());
   cfg.set("scheduler.max-threads", threads);
+  // Idle scheduler threads go from a short spin straight to a condition variable (woken at once
+  // by new work) instead of polling every 50 us: replies that hop through a scheduled actor (the
+  // router) then wait microseconds, not a poll period, and an idle process burns no core.
+  cfg.set("work-stealing.moderate-poll-attempts", std::size_t{0});
   cfg.load<caf::io::middleman>();
   // A frozen peer keeps its socket open: only heartbeats reveal it (cookbook: caf.md).
   cfg.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(500)});

@@ -175,7 +175,15 @@ void ClusterClient::apply(const json& a) {
   if (state != "alive" || (bound && bound->incarnation == incarnation)) return;
   std::string gateway = a.value("gateway", "");
   if (gateway.empty()) return;
-  if (caf::actor gw = connect(gateway)) cell->bind(detail::RemoteBinding{gw, gateway, incarnation});
+  caf::actor gw = connect(gateway);
+  if (!gw) return;
+  // Calls go straight to the actor's host (one hop less than through the gateway).
+  caf::actor host;
+  caf::scoped_actor self{sys_};
+  self->request(gw, std::chrono::seconds(5), detail::host_atom::value, head_.token, id, incarnation)
+      .receive([&](const caf::actor& h) { host = h; },
+               [&](const caf::error& e) { spdlog::debug("host of {}: {}", id, sys_.render(e)); });
+  if (host) cell->bind(detail::RemoteBinding{gw, gateway, host, incarnation});
 }
 
 caf::actor ClusterClient::connect(const std::string& address) {

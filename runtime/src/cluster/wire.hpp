@@ -10,6 +10,7 @@
 
 #include <caf/actor.hpp>
 #include <caf/actor_system_config.hpp>
+#include <caf/atom.hpp>
 #include <caf/meta/type_name.hpp>
 
 #include "troupe/codec.hpp"
@@ -58,6 +59,10 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, WireRelease& x) {
   return f(caf::meta::type_name("troupe_release"), x.regions);
 }
+
+// Asks a worker's gateway for the host of (token, actor id, incarnation); the answer is the
+// host's handle, or an invalid one.
+using host_atom = caf::atom_constant<caf::atom("tr_host")>;
 
 // Registers the messages above with a system config (same names on every node).
 void add_wire_types(caf::actor_system_config& cfg);

@@ -65,6 +65,13 @@ caf::behavior gateway(caf::stateful_actor<GatewayState>* self, std::string token
         caf::anon_send(it->second.first, std::move(wc));
       },
       [](const WireRelease& r) { release_regions(r.regions); },
+      // A caller asks for the host of an actor, to send its calls there directly.
+      [self](host_atom, const std::string& token, std::uint64_t id, std::uint64_t incarnation) -> caf::actor {
+        if (!token_matches(token, self->state.token)) return {};
+        auto it = self->state.actors.find(id);
+        if (it == self->state.actors.end() || it->second.second != incarnation) return {};
+        return it->second.first;
+      },
       [self](add_atom, std::uint64_t id, std::uint64_t incarnation, const caf::actor& host) {
         self->state.actors[id] = {host, incarnation};
       },
@@ -155,7 +162,7 @@ class Worker {
     }
     Options opts;
     opts.name(cmd.value("name", ""));
-    HostContext ctx{gateway_, incarnation};
+    HostContext ctx{gateway_, incarnation, token_};
     auto cell = rt_->spawn_hosted(id, *type, factory, std::move(args), opts, ctx);
     caf::anon_send(gateway_, add_atom::value, id, incarnation, rt_->host_of(*cell));
     cell->ready().state()->on_ready([this, id, incarnation, cell] {

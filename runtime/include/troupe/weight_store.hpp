@@ -1,0 +1,112 @@
+// WeightStore: the actor that serves a WeightPublisher's versions to other processes (and relays
+// them down a broadcast tree); WeightSubscriber: the rollout side, which pulls, checks (WS-1)
+// and swaps atomically. See troupe/weights.hpp for the design.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "troupe/actor_ref.hpp"
+#include "troupe/registry.hpp"
+#include "troupe/weight_set.hpp"
+#include "troupe/weight_types.hpp"
+
+namespace troupe {
+
+namespace detail::weights { class BufferPool; }
+class WeightStore;
+
+struct SubscriberOptions {
+  std::chrono::milliseconds timeout = std::chrono::seconds(120);   // per pull, all buckets
+  std::size_t bucket_bytes = std::size_t(64) << 20;   // rounded up to kChecksumChunk
+  std::size_t idle_buffers = 2;                       // freed receive buffers kept for reuse
+  // Called on the pulling thread after each bucket lands (bytes so far, total). May throw to
+  // abandon the pull.
+  std::function<void(std::size_t, std::size_t)> on_progress;
+};
+
+// Pulls versions from `sources` (tried in order: a broadcast parent first, then the publisher)
+// and holds the current one. pull/update may run on one thread at a time; current() and
+// reset() from any thread. Readers keep using the set they loaded until they let go (WS-2).
+class WeightSubscriber {
+ public:
+  explicit WeightSubscriber(std::vector<ActorRef<WeightStore>> sources, SubscriberOptions opts = {});
+  explicit WeightSubscriber(ActorRef<WeightStore> source, SubscriberOptions opts = {})
+      : WeightSubscriber(std::vector<ActorRef<WeightStore>>{std::move(source)}, std::move(opts)) {}
+  ~WeightSubscriber();
+
+  // Version `version` (kLatestVersion: the newest), fetched and checked, without swapping it in.
+  // Returns current() when that already is the version asked for. Throws WeightError:
+  // NotFound, Checksum (WS-1: nothing was swapped), Transfer (every source failed).
+  WeightSetPtr pull(std::uint64_t version = kLatestVersion);
+  // pull(), then makes the result current() atomically.
+  WeightSetPtr update(std::uint64_t version = kLatestVersion);
+  WeightSetPtr current() const;
+  void reset();                         // current() becomes null
+  const std::string& id() const { return id_; }
+
+ private:
+  WeightSetPtr pull_from(const ActorRef<WeightStore>& source, std::uint64_t version);
+
+  std::vector<ActorRef<WeightStore>> sources_;
+  SubscriberOptions opts_;
+  std::string id_;
+  std::shared_ptr<detail::weights::BufferPool> pool_;
+  mutable std::mutex mu_;               // guards current_ (short critical sections only)
+  WeightSetPtr current_;
+};
+
+// The actor face of a WeightPublisher: spawn it beside (colocate_with) the trainer, or in its own
+// process; subscribers anywhere pull through it. Every method runs on the actor's thread.
+class WeightStore {
+ public:
+  WeightStore();
+  // compression: a WireCompression value; hold_lease_ms: PublisherOptions::hold_lease.
+  WeightStore(std::uint8_t compression, std::int64_t hold_lease_ms);
+  ~WeightStore();
+
+  // Publishes the tensors as `version` (one copy into shared memory); returns its checksum.
+  std::uint64_t publish(std::uint64_t version, std::vector<NamedTensor> tensors);
+  // For benchmarks and smoke tests: publishes f32 tensors "w0".."wN" of the given element
+  // counts, filled from `seed`, without moving bytes from the caller. Returns the checksum.
+  std::uint64_t publish_synthetic(std::uint64_t version, std::vector<std::int64_t> numels,
+                                  std::uint64_t seed);
+  std::uint64_t latest_version();       // 0 when nothing is published
+  // Starts a transfer: pins `version` for `subscriber` (until release() or the lease) and
+  // exposes its wire image. When the caller shares this process, or already has the version
+  // (`have`), nothing is pinned. Throws WeightError(NotFound).
+  WeightManifest manifest(std::uint64_t version, std::string subscriber, WeightOrigin caller,
+                          std::uint64_t have);
+  void release(std::uint64_t version, std::string subscriber);
+  // Relay (broadcast tree): pulls `version` from the first source that answers and republishes
+  // it here unchanged (same version, checksum, wire image) for this store's own children.
+  // Returns the checksum. Throws WeightError.
+  std::uint64_t follow(std::vector<ActorRef<WeightStore>> sources, std::uint64_t version);
+  void clear();                         // forget the latest (and a relay's copy)
+  PublisherStats stats();
+
+  const std::shared_ptr<WeightPublisher>& publisher() const { return publisher_; }
+
+ private:
+  std::shared_ptr<WeightPublisher> publisher_;
+  std::unique_ptr<WeightSubscriber> relay_;   // follow()'s receiving side, buffers reused
+  std::vector<std::uint64_t> relay_sources_;
+};
+
+// Receiver k of n in a broadcast tree rooted at the publisher with `fanout` children per node:
+// the sources to follow, parent first, then the publisher as the fallback. `relays[k]` is
+// receiver k's own WeightStore.
+std::vector<ActorRef<WeightStore>> tree_sources(const ActorRef<WeightStore>& publisher,
+                                                const std::vector<ActorRef<WeightStore>>& relays,
+                                                std::size_t k, std::size_t fanout = 2);
+
+}  // namespace troupe
+
+TROUPE_ACTOR(troupe::WeightStore, publish, publish_synthetic, latest_version, manifest, release,
+             follow, clear, stats);

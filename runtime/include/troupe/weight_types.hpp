@@ -1,0 +1,98 @@
+// Plain types of the weight store: names, compression, the manifest a transfer starts from,
+// errors, and the checksum. See troupe/weights.hpp for the design.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <msgpack.hpp>
+
+#include "troupe/codec.hpp"
+#include "troupe/tensor.hpp"
+
+namespace troupe {
+
+// "The newest version there is" wherever a version is asked for.
+inline constexpr std::uint64_t kLatestVersion = std::numeric_limits<std::uint64_t>::max();
+
+// How a version travels between processes (never applied in-process). f32 and bf16 tensors only.
+enum class WireCompression : std::uint8_t {
+  None = 0,    // exact
+  BF16 = 1,    // f32 rounded to nearest even bf16: |x - x'| <= 2^-8 |x|; bf16 tensors exact
+  Int8Row = 2, // per row (dim 0; 1-D = one row): |x - x'| <= 1.0001 * max|row| / 254
+};
+
+// A tensor and its name. Packs (msgpack) only inside a call payload, where the view travels as
+// a tensor slot (in-process: shared; cross-process: a data-plane descriptor).
+struct NamedTensor {
+  std::string name;
+  TensorView tensor;
+  MSGPACK_DEFINE(name, tensor);
+};
+
+// Thrown by publishers and subscribers. Through an actor call it arrives as a CallError whose
+// message starts with the kind's name.
+class WeightError : public std::runtime_error {
+ public:
+  enum class Kind {
+    NotFound,   // no such version (never published, or already freed): pull the latest instead
+    Checksum,   // the received bytes do not match the publisher's checksum (WS-1): retry
+    Transfer,   // the publisher or a parent is unreachable, or the pull timed out: retry or
+                // pull from another source
+  };
+  WeightError(Kind kind, const std::string& what) : std::runtime_error(what), kind_(kind) {}
+  Kind kind() const noexcept { return kind_; }
+
+ private:
+  Kind kind_;
+};
+
+// Who is asking / who publishes: same nonce = same process (the no-copy path).
+struct WeightOrigin {
+  std::string host;
+  std::uint32_t pid = 0;
+  std::uint64_t nonce = 0;          // random per process
+  MSGPACK_DEFINE(host, pid, nonce);
+  static const WeightOrigin& self();
+};
+
+struct WeightEntry {
+  std::string name;
+  std::uint8_t dtype = 0;           // troupe::DType
+  std::vector<std::int64_t> shape;
+  MSGPACK_DEFINE(name, dtype, shape);
+};
+
+// What WeightStore::manifest answers: everything a receiver needs to pull, check and lay out
+// one version. `descriptor` is an encoded data-plane descriptor of the wire image (empty when
+// `local`, i.e. caller and store share a process: take the set by `publisher_key`).
+struct WeightManifest {
+  std::uint64_t version = 0;
+  std::uint64_t checksum = 0;
+  std::uint8_t compression = 0;     // WireCompression
+  std::uint64_t wire_bytes = 0;
+  std::vector<WeightEntry> entries;
+  WeightOrigin origin;
+  std::uint64_t publisher_key = 0;
+  bool local = false;
+  std::vector<char> descriptor;
+  MSGPACK_DEFINE(version, checksum, compression, wire_bytes, entries, origin, publisher_key, local,
+                 descriptor);
+};
+
+// The 64-bit checksum of a version's wire image: XXH64 of each 1 MiB chunk (seed = chunk
+// index), folded in order. Chunked so that a receiver hashes each bucket while the next one is
+// in flight, with the same result for any bucket size that is a multiple of kChecksumChunk.
+inline constexpr std::size_t kChecksumChunk = std::size_t(1) << 20;
+std::uint64_t weight_checksum(const void* data, std::size_t n);
+// Incremental form: fold chunk hashes of consecutive ranges (each a multiple of
+// kChecksumChunk long, except the last) into `state`, starting from checksum_init(total).
+std::uint64_t checksum_init(std::size_t total_bytes);
+std::uint64_t checksum_update(std::uint64_t state, const void* data, std::size_t n,
+                              std::size_t offset);
+
+}  // namespace troupe

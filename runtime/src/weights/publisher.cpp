@@ -1,0 +1,173 @@
+// WeightPublisher: versions, transfer holds with leases, and the process-local registry that
+// gives same-process subscribers the no-copy path.
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+
+#include "troupe/weight_set.hpp"
+#include "weights/buffer_pool.hpp"
+#include "weights/set_builder.hpp"
+
+namespace troupe {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct LocalRegistry {
+  std::mutex mu;
+  std::map<std::uint64_t, std::weak_ptr<WeightPublisher>> by_key;
+  std::uint64_t next = 1;
+};
+LocalRegistry& registry() {
+  static LocalRegistry* r = new LocalRegistry;   // never destroyed: publishers may outlive statics
+  return *r;
+}
+
+}  // namespace
+
+const TensorView* WeightSet::find(const std::string& name) const {
+  for (const auto& t : tensors_) if (t.name == name) return &t.tensor;
+  return nullptr;
+}
+
+struct WeightPublisher::State {
+  struct Hold {
+    WeightSetPtr set;
+    std::uint64_t region = 0;
+    Clock::time_point expires;
+  };
+  std::shared_ptr<detail::weights::BufferPool> pool;
+  mutable std::mutex mu;
+  WeightSetPtr latest;
+  std::map<std::uint64_t, std::weak_ptr<const WeightSet>> versions;   // every version not yet freed
+  std::map<std::pair<std::uint64_t, std::string>, Hold> holds;
+
+  void sweep_locked() {
+    auto now = Clock::now();
+    for (auto it = holds.begin(); it != holds.end();) {
+      if (it->second.expires > now) { ++it; continue; }
+      it = holds.erase(it);   // its region ends by the data plane's own lease (same length)
+    }
+    for (auto it = versions.begin(); it != versions.end();) {
+      it = it->second.expired() ? versions.erase(it) : std::next(it);
+    }
+  }
+};
+
+WeightPublisher::WeightPublisher(PublisherOptions opts) : opts_(opts), state_(std::make_shared<State>()) {
+  state_->pool = std::make_shared<detail::weights::BufferPool>(opts_.idle_buffers);
+  std::lock_guard lock(registry().mu);
+  key_ = registry().next++;
+}
+
+WeightPublisher::~WeightPublisher() {
+  std::lock_guard lock(registry().mu);
+  registry().by_key.erase(key_);
+}
+
+std::shared_ptr<WeightPublisher> WeightPublisher::find_local(std::uint64_t key) {
+  std::lock_guard lock(registry().mu);
+  auto it = registry().by_key.find(key);
+  return it == registry().by_key.end() ? nullptr : it->second.lock();
+}
+
+std::shared_ptr<WeightPublisher> WeightPublisher::create(PublisherOptions opts) {
+  auto p = std::make_shared<WeightPublisher>(opts);
+  std::lock_guard lock(registry().mu);
+  registry().by_key[p->key()] = p;
+  return p;
+}
+
+WeightSetPtr WeightPublisher::publish(std::uint64_t version, const std::vector<NamedTensor>& tensors) {
+  for (const auto& t : tensors) {
+    if (t.tensor.nbytes() > 0 && t.tensor.data == nullptr) throw std::invalid_argument("weights: '" + t.name + "' has no data");
+    if (!t.tensor.is_contiguous()) throw std::invalid_argument("weights: '" + t.name + "' is not contiguous");
+  }
+  return publish_in_place(version, detail::weights::SetBuilder::entries_of(tensors), [&](std::size_t i, void* dst) {
+    std::memcpy(dst, tensors[i].tensor.data, tensors[i].tensor.nbytes());
+  });
+}
+
+WeightSetPtr WeightPublisher::publish_in_place(std::uint64_t version, const std::vector<WeightEntry>& entries,
+                                               const std::function<void(std::size_t, void*)>& write) {
+  if (version == 0 || version == kLatestVersion) throw std::invalid_argument("weights: version must be in [1, 2^64-2]");
+  if (auto l = latest(); l && version <= l->version()) {
+    throw std::invalid_argument("weights: version " + std::to_string(version) + " is not above the latest (" +
+                                std::to_string(l->version()) + ")");
+  }
+  for (const auto& e : entries) {
+    if (!dtype_valid(e.dtype)) throw std::invalid_argument("weights: bad dtype for '" + e.name + "'");
+  }
+  auto set = detail::weights::SetBuilder::build(version, entries, opts_.compression, *state_->pool, write);
+  adopt(set);
+  return set;
+}
+
+void WeightPublisher::adopt(WeightSetPtr set) {
+  std::lock_guard lock(state_->mu);
+  if (state_->latest && set->version() <= state_->latest->version()) {
+    throw std::invalid_argument("weights: version " + std::to_string(set->version()) + " is not above the latest");
+  }
+  state_->versions[set->version()] = set;
+  state_->latest = std::move(set);   // the previous latest lives on only in its holders (WS-2)
+  state_->sweep_locked();
+}
+
+WeightSetPtr WeightPublisher::latest() const {
+  std::lock_guard lock(state_->mu);
+  return state_->latest;
+}
+
+WeightSetPtr WeightPublisher::get(std::uint64_t version) const {
+  std::lock_guard lock(state_->mu);
+  if (version == kLatestVersion) return state_->latest;
+  auto it = state_->versions.find(version);
+  return it == state_->versions.end() ? nullptr : it->second.lock();
+}
+
+void WeightPublisher::clear() {
+  WeightSetPtr dropped;   // freed outside the lock
+  std::lock_guard lock(state_->mu);
+  dropped = std::move(state_->latest);
+}
+
+std::uint64_t WeightPublisher::hold(WeightSetPtr set, const std::string& subscriber, std::uint64_t region) {
+  WeightSetPtr replaced_set;
+  std::lock_guard lock(state_->mu);
+  state_->sweep_locked();
+  auto& h = state_->holds[{set->version(), subscriber}];
+  std::uint64_t replaced = h.region;   // a repeated pull replaces the old hold
+  replaced_set = std::move(h.set);
+  h = {std::move(set), region, Clock::now() + opts_.hold_lease};
+  return replaced;
+}
+
+std::uint64_t WeightPublisher::release(std::uint64_t version, const std::string& subscriber) {
+  WeightSetPtr dropped;
+  std::lock_guard lock(state_->mu);
+  auto it = state_->holds.find({version, subscriber});
+  if (it == state_->holds.end()) return 0;
+  dropped = std::move(it->second.set);
+  std::uint64_t region = it->second.region;
+  state_->holds.erase(it);
+  return region;
+}
+
+void WeightPublisher::sweep() {
+  std::lock_guard lock(state_->mu);
+  state_->sweep_locked();
+}
+
+PublisherStats WeightPublisher::stats() const {
+  std::lock_guard lock(state_->mu);
+  state_->sweep_locked();
+  PublisherStats s;
+  s.latest = state_->latest ? state_->latest->version() : 0;
+  s.live_versions = state_->versions.size();
+  s.holds = state_->holds.size();
+  s.buffers_allocated = state_->pool->allocated();
+  return s;
+}
+
+}  // namespace troupe
