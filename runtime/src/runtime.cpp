@@ -233,7 +233,14 @@ bool PlacementGroup::ready(std::chrono::milliseconds timeout) const {
 
 void PlacementGroup::remove() const {
   try {
-    rt_->cluster().request("POST", "/api/v1/placement_groups/" + std::to_string(id_) + "/remove", nlohmann::json::object());
+    auto res = rt_->cluster().request("POST", "/api/v1/placement_groups/" + std::to_string(id_) + "/remove",
+                                      nlohmann::json::object());
+    for (const auto& id : res.value("killed_actors", nlohmann::json::array())) {   // fail their calls now
+      if (auto cell = rt_->find(id.get<std::uint64_t>())) {
+        cell->mark_dead("was killed: its placement group was removed");
+        rt_->forget(cell->id());
+      }
+    }
   } catch (const CallError& e) {
     if (e.code() != ErrorCode::BadArguments) throw;   // already removed
   }

@@ -60,7 +60,7 @@ Cluster::Cluster(const std::string& head_resources) {
   if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp");
   dir_ = tmpl;
   int st = 0;
-  std::string out = cli({"start", "--head", "--port", "0", "--resources", head_resources, "--node-timeout-ms", "1500"}, &st);
+  std::string out = cli({"start", "--head", "--port", "0", "--resources", head_resources}, &st);
   std::smatch m;
   if (st != 0 || !std::regex_search(out, m, std::regex("started at (\\S+)"))) {
     throw std::runtime_error("troupe start --head failed: " + out);

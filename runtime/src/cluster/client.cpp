@@ -133,7 +133,11 @@ void ClusterClient::stop(bool keep_actors) {
     }
   }
   if (watcher_.joinable()) watcher_.join();
-  caf::anon_send_exit(router_, caf::exit_reason::user_shutdown);
+  {   // the router calls back into this object: it must be gone before this object is
+    caf::scoped_actor self{sys_};
+    self->send_exit(router_, caf::exit_reason::user_shutdown);
+    self->wait_for(router_);
+  }
   std::lock_guard lk(mu_);
   gateways_.clear();
 }

@@ -1,6 +1,7 @@
 #include "cluster/node_daemon.hpp"
 
 #include <spdlog/spdlog.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -112,15 +113,12 @@ void NodeDaemon::start_worker(std::uint64_t worker_id, const std::string& binary
 }
 
 void NodeDaemon::kill_worker(std::uint64_t worker_id) {
-  pid_t pid = 0;
-  {
-    std::lock_guard lk(mu_);
-    auto it = workers_.find(worker_id);
-    if (it == workers_.end()) return;
-    pid = it->second;
-    workers_.erase(it);
-  }
-  terminate_process(pid, 1000);
+  std::lock_guard lk(mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) return;
+  ::kill(it->second, SIGTERM);
+  terminating_[it->second] = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  workers_.erase(it);
 }
 
 void NodeDaemon::reap_loop() {
@@ -140,6 +138,15 @@ void NodeDaemon::reap_loop() {
         }
       }
     }
+    {
+      std::lock_guard lk(mu_);
+      auto now = std::chrono::steady_clock::now();
+      for (auto it = terminating_.begin(); it != terminating_.end();) {
+        if (try_reap(it->first)) { it = terminating_.erase(it); continue; }
+        if (now > it->second) ::kill(it->first, SIGKILL);
+        ++it;
+      }
+    }
     if (!events.empty()) {
       try {
         post(target, json{{"events", events}}, std::chrono::seconds(5));
@@ -156,8 +163,10 @@ void NodeDaemon::stop() {
   if (poller_.joinable()) poller_.join();
   if (reaper_.joinable()) reaper_.join();
   std::map<std::uint64_t, pid_t> all;
-  { std::lock_guard lk(mu_); all.swap(workers_); }
+  std::map<pid_t, std::chrono::steady_clock::time_point> ending;
+  { std::lock_guard lk(mu_); all.swap(workers_); ending.swap(terminating_); }
   for (auto& [id, pid] : all) terminate_process(pid, 2000);
+  for (auto& [pid, deadline] : ending) terminate_process(pid, 500);
 }
 
 }  // namespace troupe::cluster

@@ -59,6 +59,9 @@ class NodeDaemon {
   std::atomic<bool> finished_{false};
   std::mutex mu_;
   std::map<std::uint64_t, pid_t> workers_;   // worker id -> pid, while running
+  // Workers sent SIGTERM, by pid: SIGKILLed by the reaper if still alive at the deadline. Kills
+  // never block the poll loop, which is this node's heartbeat.
+  std::map<pid_t, std::chrono::steady_clock::time_point> terminating_;
   std::thread poller_, reaper_;
 };
 
