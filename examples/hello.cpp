@@ -1,4 +1,7 @@
-// examples/hello: the actor API in one page. A counter actor, a group of them, futures, errors.
+// examples/hello: the actor API in one page. A counter actor, a group of them, futures, errors,
+// and one actor in a worker process (on the cluster given by --address, else an embedded one).
+#include <unistd.h>
+
 #include <iostream>
 #include <stdexcept>
 #include <string>
@@ -11,8 +14,9 @@ struct Counter {
   int add(int k) { return n += k; }
   std::string greet(std::string who) { return "hello " + who + " from counter at " + std::to_string(n); }
   int fail() { throw std::runtime_error("this method always throws"); }
+  int pid() { return int(::getpid()); }
 };
-TROUPE_ACTOR(Counter, add, greet, fail);
+TROUPE_ACTOR(Counter, add, greet, fail, pid);
 
 int main(int argc, char** argv) {
   auto rt = troupe::init(argc, argv);
@@ -29,6 +33,10 @@ int main(int argc, char** argv) {
 
   auto failed = c.call(&Counter::fail).result();
   std::cout << "a throwing method -> " << failed.error().to_string() << "\n";
+
+  auto remote = rt.spawn<Counter>(troupe::Options{}.name("remote").process(true).max_restarts(1), 100);
+  std::cout << "remote add(1) -> " << remote.call(&Counter::add, 1).get() << " in worker process "
+            << remote.call(&Counter::pid).get() << " (driver is " << ::getpid() << ")\n";
 
   rt.kill(c);
   auto dead = c.call(&Counter::add, 1).result();
