@@ -78,19 +78,19 @@ TEST_CASE("calls in flight at a worker's death are retried on the restarted acto
 
 TEST_CASE("a daemon killed with -9 and another frozen with SIGSTOP are marked dead; their actors move") {
   itest::Cluster cluster("CPU=4,spare=1");
-  pid_t killed = cluster.add_node("CPU=1,victim_a=1");
+  pid_t killed = cluster.add_node("CPU=1,victim_a=1,movable=1");
   pid_t frozen = cluster.add_node("CPU=1,victim_b=1");
   auto rt = connect(cluster);
-  // Restartable actors need a place to go: victim_* resources exist only on their nodes, so the
-  // actors ask for CPU only and land by the default policy; we pin them by colocating nothing
-  // and checking where they are.
+  // a and b cannot restart (max_restarts 0); c can, and needs `movable`, which only the killed
+  // node has until a new node brings some.
   auto a = rt.spawn<Store>(troupe::Options{}.resources("victim_a=1").max_restarts(0), 1);
   auto b = rt.spawn<Store>(troupe::Options{}.resources("victim_b=1").max_restarts(0), 2);
-  auto c = rt.spawn<Store>(troupe::Options{}.cpus(1).max_restarts(3), 3);
+  auto c = rt.spawn<Store>(troupe::Options{}.resources("movable=1").max_restarts(3).max_retries(1), 3);
   REQUIRE(a.ready().wait_for(30s));
   REQUIRE(b.ready().wait_for(30s));
   REQUIRE(c.ready().wait_for(30s));
   std::string node_a = cluster.actor(a.id()).value("node", ""), node_b = cluster.actor(b.id()).value("node", "");
+  CHECK(cluster.actor(c.id()).value("node", "") == node_a);
 
   auto t0 = std::chrono::steady_clock::now();
   REQUIRE(::kill(killed, SIGKILL) == 0);
@@ -113,10 +113,14 @@ TEST_CASE("a daemon killed with -9 and another frozen with SIGSTOP are marked de
   REQUIRE(resolves(fb));
   CHECK(fa.result().error().code == ErrorCode::ActorDied);
   CHECK(fb.result().error().code == ErrorCode::ActorDied);
-  // The restartable one answers (from wherever it lives now).
+  // The restartable one waits, pending, for a node with room; one joins and it runs there.
   auto fc = c.with_timeout(20s).call(&Store::add, 1);
+  cluster.add_node("CPU=1,movable=1");
   REQUIRE(resolves(fc));
-  CHECK(fc.result().ok());
+  CHECK(fc.get() == 4);   // a fresh incarnation: constructed with 3, then this call
+  std::string node_c = cluster.actor(c.id()).value("node", "");
+  CHECK(node_c != node_a);
+  CHECK(node_c != node_b);
   ::kill(frozen, SIGCONT);   // FT-3: it comes back to find itself dead, and stops
   CHECK(cluster.wait_until([&](const json& st) {
     for (const auto& n : st.value("nodes", json::array())) {
