@@ -26,6 +26,8 @@ struct SubscriberOptions {
   std::chrono::milliseconds timeout = std::chrono::seconds(120);   // per pull, all buckets
   std::size_t bucket_bytes = std::size_t(64) << 20;   // rounded up to kChecksumChunk
   std::size_t idle_buffers = 2;                       // freed receive buffers kept for reuse
+  // false: take the copy path even from a store in this process (tests, benchmarks).
+  bool allow_local = true;
   // Called on the pulling thread after each bucket lands (bytes so far, total). May throw to
   // abandon the pull.
   std::function<void(std::size_t, std::size_t)> on_progress;

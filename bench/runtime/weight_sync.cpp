@@ -1,0 +1,158 @@
+// build/bench/weight_sync: time to move one version of fp32 weights to 1, 2 or 4 receivers over
+// each CPU path, beside a memcpy of the same size measured in the same run. Prints one JSON
+// object {"results": [...]} last.
+//   inproc     a subscriber in the publisher's process takes the version (pointer swap)
+//   same_host  receivers in other worker processes pull from the publisher's shared memory
+//   cross_node two daemons on 127.0.0.1 with UCX_TLS=tcp, receivers in a broadcast tree
+// Memory on small machines: 2 GiB runs with 1 receiver only ("note" in its entry).
+//   --sizes-mib 64,512,2048   --reps N (timed repetitions after one warm-up, best kept)
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../../tests/integration/cluster_harness.hpp"
+#include "troupe/troupe.hpp"
+#include "troupe/weights.hpp"
+
+using troupe::ActorRef;
+using troupe::WeightStore;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr std::size_t kMiB = std::size_t(1) << 20;
+constexpr int kTensors = 8;
+int g_reps = 2;
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double memcpy_gbps(std::size_t bytes) {
+  std::vector<char> a(bytes, 1), b(bytes, 0);   // touched: no page faults in the timing
+  double best = 1e9;
+  for (int i = 0; i < 3; ++i) {
+    auto t0 = Clock::now();
+    std::memcpy(b.data(), a.data(), bytes);
+    best = std::min(best, since(t0));
+  }
+  return double(bytes) / best / 1e9;
+}
+
+nlohmann::json entry(const char* path, std::size_t bytes, int receivers, double seconds, double mc) {
+  return {{"path", path}, {"bytes", bytes}, {"receivers", receivers}, {"seconds", seconds},
+          {"gbps", double(bytes) / seconds / 1e9}, {"memcpy_gbps", mc}};
+}
+
+std::vector<std::int64_t> numels(std::size_t bytes) {
+  return std::vector<std::int64_t>(kTensors, std::int64_t(bytes / 4 / kTensors));
+}
+
+// In-process: publish a new version each round, time the subscribers' update (pointer swap).
+double inproc(troupe::Runtime& rt, std::size_t bytes, int receivers) {
+  auto store = rt.spawn<WeightStore>(troupe::Options{});
+  std::vector<std::unique_ptr<troupe::WeightSubscriber>> subs;
+  for (int i = 0; i < receivers; ++i) subs.push_back(std::make_unique<troupe::WeightSubscriber>(store));
+  double best = 1e9;
+  for (int rep = 0; rep <= g_reps; ++rep) {
+    store.call(&WeightStore::publish_synthetic, std::uint64_t(rep + 1), numels(bytes), std::uint64_t(rep)).get();
+    auto t0 = Clock::now();
+    for (auto& s : subs) (void)s->update();
+    if (rep > 0) best = std::min(best, since(t0));
+  }
+  rt.kill(store);
+  return best;
+}
+
+// Receivers follow the publisher (tree: level by level, parents first). Best of g_reps.
+double broadcast(troupe::Runtime& rt, const troupe::Options& pub_opts, const troupe::Options& recv_opts,
+                 std::size_t bytes, int receivers, bool tree) {
+  auto pub = rt.spawn<WeightStore>(pub_opts);
+  std::vector<ActorRef<WeightStore>> relays;
+  for (int i = 0; i < receivers; ++i) relays.push_back(rt.spawn<WeightStore>(recv_opts));
+  pub.call(&WeightStore::publish_synthetic, std::uint64_t(1), numels(bytes), std::uint64_t(1)).get();
+  double best = 1e9;
+  for (int rep = 0; rep <= g_reps; ++rep) {
+    for (auto& r : relays) r.call(&WeightStore::clear).get();
+    auto t0 = Clock::now();
+    std::size_t level_start = 0, level_size = 2;
+    while (level_start < relays.size()) {
+      std::vector<troupe::Future<std::uint64_t>> fs;
+      std::size_t end = tree ? std::min(relays.size(), level_start + level_size) : relays.size();
+      for (std::size_t k = level_start; k < end; ++k) {
+        auto src = tree ? troupe::tree_sources(pub, relays, k) : std::vector<ActorRef<WeightStore>>{pub};
+        fs.push_back(relays[k].call(&WeightStore::follow, src, std::uint64_t(1)));
+      }
+      for (auto& f : fs) (void)f.get();
+      level_start = end;
+      level_size *= 2;
+    }
+    if (rep > 0) best = std::min(best, since(t0));
+  }
+  for (auto& r : relays) rt.kill(r);
+  rt.kill(pub);
+  return best;
+}
+
+std::vector<int> receiver_counts(std::size_t bytes) {
+  if (bytes > 512 * kMiB) return {1};   // 2 GiB x (publisher + 4) does not fit a small machine
+  return {1, 2, 4};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Worker processes of this benchmark run this binary too: init() never returns in them.
+  std::optional<troupe::Runtime> rt_slot(troupe::init(argc, argv));
+  troupe::Runtime& rt = *rt_slot;
+  std::vector<std::size_t> sizes = {64 * kMiB, 512 * kMiB, 2048 * kMiB};
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], "--reps") == 0) g_reps = std::max(1, std::atoi(argv[i + 1]));
+    if (std::strcmp(argv[i], "--sizes-mib") == 0) {
+      sizes.clear();
+      std::stringstream ss(argv[i + 1]);
+      for (std::string s; std::getline(ss, s, ',');) sizes.push_back(std::size_t(std::stoll(s)) * kMiB);
+    }
+  }
+  nlohmann::json results = nlohmann::json::array();
+  std::vector<double> mc;
+  for (auto bytes : sizes) {
+    mc.push_back(memcpy_gbps(bytes));
+    for (int n : receiver_counts(bytes)) results.push_back(entry("inproc", bytes, n, inproc(rt, bytes, n), mc.back()));
+    for (int n : receiver_counts(bytes)) {
+      auto opts = troupe::Options{}.process(true);
+      results.push_back(entry("same_host", bytes, n, broadcast(rt, opts, opts, bytes, n, false), mc.back()));
+      std::cerr << results.back().dump() << "\n";
+    }
+  }
+  rt_slot.reset();   // one runtime per process at a time
+  {
+    ::setenv("UCX_TLS", "tcp,self", 1);   // the daemons' workers inherit it: UCX over TCP loopback
+    itest::Cluster cluster("CPU=2");
+    cluster.add_node("CPU=2,node_a=1");
+    cluster.add_node("CPU=8,node_b=8");
+    troupe::RuntimeConfig cfg;
+    cfg.address = cluster.address();
+    cfg.token = cluster.token();
+    cfg.remote_call_timeout = std::chrono::seconds(300);
+    auto crt = troupe::Runtime::create(cfg);
+    auto pub_opts = troupe::Options{}.resources("node_a=1");
+    auto recv_opts = troupe::Options{}.resources("node_b=1");
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      for (int n : receiver_counts(sizes[i])) {
+        results.push_back(entry("cross_node", sizes[i], n, broadcast(crt, pub_opts, recv_opts, sizes[i], n, true), mc[i]));
+        std::cerr << results.back().dump() << "\n";
+      }
+    }
+  }
+  for (auto& r : results) {
+    if (r["bytes"].get<std::size_t>() > 512 * kMiB) r["note"] = "2 GiB runs with 1 receiver only (memory)";
+  }
+  std::cout << nlohmann::json{{"results", results}}.dump() << std::endl;
+  return 0;
+}

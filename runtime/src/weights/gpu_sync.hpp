@@ -1,0 +1,68 @@
+// GPU paths of the weight store: CUDA IPC (processes on one GPU share a device buffer; the reader
+// copies device-to-device or uses it in place) and an NCCL broadcast of a device buffer within a
+// group (one rank per GPU). Compiled with the real calls when CUDA and NCCL headers are present
+// (the build links troupe::nccl: TROUPE_HAVE_NCCL); otherwise every function reports
+// unavailability and the CPU paths are used. No CUDA type appears here, so CPU-only consumers
+// compile without the toolkit.
+//
+// Errors: every function returns false / an empty optional and fills `error` (the CUDA/NCCL
+// message) instead of throwing; none aborts on a machine without a driver or a device.
+// Thread safety: a NcclBroadcaster is used by one thread at a time; the free functions are safe.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace troupe::detail::weights::gpu {
+
+bool compiled();                       // true when built against CUDA + NCCL
+int device_count(std::string* error);  // 0 when no usable device (or not compiled)
+
+// A device buffer exported to other processes (cudaIpcGetMemHandle). Plain bytes: ship it in a
+// manifest. Valid while the exporting process keeps the buffer allocated.
+struct IpcHandle {
+  std::array<char, 64> bytes{};
+  std::uint64_t nbytes = 0;
+  int device = 0;
+};
+std::optional<IpcHandle> export_buffer(void* device_ptr, std::size_t nbytes, int device, std::string* error);
+
+// An imported buffer: opened with cudaIpcOpenMemHandle, closed by the destructor.
+class IpcMapping {
+ public:
+  static std::unique_ptr<IpcMapping> open(const IpcHandle& h, std::string* error);
+  ~IpcMapping();
+  void* data() const { return ptr_; }
+  std::size_t size() const { return n_; }
+  // Device-to-device copy of the whole buffer into `dst` (a device pointer on the same device).
+  bool copy_to(void* dst, std::string* error) const;
+
+ private:
+  IpcMapping(void* p, std::size_t n) : ptr_(p), n_(n) {}
+  void* ptr_;
+  std::size_t n_;
+};
+
+// One NCCL communicator over `nranks` processes (one GPU each). Rank 0 makes the unique id
+// (128 opaque bytes) and ships it to the others over the control plane.
+class NcclBroadcaster {
+ public:
+  static std::optional<std::array<char, 128>> make_id(std::string* error);
+  static std::unique_ptr<NcclBroadcaster> create(const std::array<char, 128>& id, int rank, int nranks,
+                                                 int device, std::string* error);
+  ~NcclBroadcaster();
+  // Broadcasts `nbytes` at `buf` (device memory) from `root` to every rank, in buckets of
+  // `bucket` bytes (pipelined by NCCL on one stream); returns once the stream is done.
+  bool broadcast(void* buf, std::size_t nbytes, int root, std::size_t bucket, std::string* error);
+
+ private:
+  NcclBroadcaster() = default;
+  void* comm_ = nullptr;     // ncclComm_t
+  void* stream_ = nullptr;   // cudaStream_t
+};
+
+}  // namespace troupe::detail::weights::gpu

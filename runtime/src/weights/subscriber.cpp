@@ -1,0 +1,152 @@
+// WeightSubscriber: manifest -> bucketed, pipelined UCX gets into a pooled shared-memory buffer,
+// each bucket hashed while the next is in flight -> checksum compared (WS-1) -> swap.
+#include <atomic>
+#include <future>
+
+#include "transport/data_plane.hpp"
+#include "troupe/weight_store.hpp"
+#include "weights/buffer_pool.hpp"
+#include "weights/set_builder.hpp"
+
+namespace troupe {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace tp = detail::transport;
+
+std::string new_subscriber_id() {
+  static std::atomic<std::uint64_t> next{1};
+  const auto& o = WeightOrigin::self();
+  return o.host + ":" + std::to_string(o.pid) + ":" + std::to_string(o.nonce) + ":" + std::to_string(next++);
+}
+
+[[noreturn]] void fail(WeightError::Kind k, const std::string& why) { throw WeightError(k, "weights: " + why); }
+
+// Pulls [0, wire.nbytes) of `d` bucket by bucket; bucket b+1's get overlaps bucket b's hash.
+// Returns the checksum of what landed.
+std::uint64_t fetch_checked(const tp::TensorDescriptor& d, const TensorView& wire, std::size_t bucket,
+                            Clock::time_point deadline, const SubscriberOptions& opts) {
+  const std::size_t total = wire.nbytes();
+  auto* base = static_cast<char*>(wire.data);
+  auto fetch = [&](std::size_t off) {
+    tp::TensorDescriptor part = d;
+    std::size_t len = std::min(bucket, total - off);
+    part.dtype = DType::U8;
+    part.shape = {std::int64_t(len)};
+    part.nbytes = len;
+    if (!d.is_inline) part.remote_address = d.remote_address + off;
+    else part.inline_bytes.assign(d.inline_bytes.begin() + off, d.inline_bytes.begin() + off + len);
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) throw tp::TransportError(tp::TransportError::Kind::Timeout, "pull deadline passed");
+    tp::DataPlane::instance().fetch_into(part, TensorView::wrap(base + off, DType::U8, {std::int64_t(len)}, wire.keep_alive), left);
+  };
+  std::uint64_t sum = checksum_init(total);
+  std::future<void> next = std::async(std::launch::async, fetch, std::size_t(0));
+  for (std::size_t off = 0; off < total; off += bucket) {
+    next.get();
+    std::size_t len = std::min(bucket, total - off);
+    if (off + len < total) next = std::async(std::launch::async, fetch, off + len);
+    sum = checksum_update(sum, base + off, len, off);
+    if (opts.on_progress) opts.on_progress(off + len, total);   // may throw: `next` is joined by its destructor
+  }
+  return sum;
+}
+
+void check_entries(const WeightManifest& m) {
+  for (const auto& e : m.entries) {
+    if (!dtype_valid(e.dtype)) fail(WeightError::Kind::Transfer, "manifest names a bad dtype");
+  }
+  if (m.compression > std::uint8_t(WireCompression::Int8Row)) fail(WeightError::Kind::Transfer, "manifest names a bad compression");
+  auto c = static_cast<WireCompression>(m.compression);
+  if (detail::weights::SetBuilder::wire_bytes(m.entries, c) != m.wire_bytes) {
+    fail(WeightError::Kind::Transfer, "manifest sizes do not match its entries");
+  }
+}
+
+}  // namespace
+
+WeightSubscriber::WeightSubscriber(std::vector<ActorRef<WeightStore>> sources, SubscriberOptions opts)
+    : sources_(std::move(sources)), opts_(std::move(opts)), id_(new_subscriber_id()),
+      pool_(std::make_shared<detail::weights::BufferPool>(opts_.idle_buffers)) {
+  opts_.bucket_bytes = std::max(kChecksumChunk, (opts_.bucket_bytes + kChecksumChunk - 1) / kChecksumChunk * kChecksumChunk);
+  if (sources_.empty()) throw std::invalid_argument("WeightSubscriber needs a source");
+}
+
+WeightSubscriber::~WeightSubscriber() = default;
+
+WeightSetPtr WeightSubscriber::current() const {
+  std::lock_guard lock(mu_);
+  return current_;
+}
+
+void WeightSubscriber::reset() {
+  WeightSetPtr dropped;
+  std::lock_guard lock(mu_);
+  dropped = std::move(current_);
+}
+
+WeightSetPtr WeightSubscriber::update(std::uint64_t version) {
+  auto set = pull(version);
+  WeightSetPtr old;   // freed outside the lock; readers that loaded it keep it (WS-2)
+  std::lock_guard lock(mu_);
+  old = std::move(current_);
+  current_ = set;
+  return set;
+}
+
+WeightSetPtr WeightSubscriber::pull(std::uint64_t version) {
+  std::string errors;
+  for (const auto& source : sources_) {
+    try {
+      return pull_from(source, version);
+    } catch (const WeightError& e) {
+      if (e.kind() != WeightError::Kind::Transfer) throw;
+      errors += std::string(errors.empty() ? "" : "; ") + e.what();
+    }
+  }
+  fail(WeightError::Kind::Transfer, "every source failed: " + errors);
+}
+
+WeightSetPtr WeightSubscriber::pull_from(const ActorRef<WeightStore>& source, std::uint64_t version) {
+  const auto deadline = Clock::now() + opts_.timeout;
+  auto have = current();
+  WeightOrigin me = opts_.allow_local ? WeightOrigin::self() : WeightOrigin{};
+  auto reply = source.with_timeout(opts_.timeout)
+                   .call(&WeightStore::manifest, version, id_, me, have ? have->version() : 0)
+                   .result();
+  if (!reply.ok()) {
+    const auto& err = reply.error();
+    bool missing = err.message.find("NotFound") != std::string::npos;
+    fail(missing ? WeightError::Kind::NotFound : WeightError::Kind::Transfer, "manifest: " + err.to_string());
+  }
+  WeightManifest m = std::move(reply).value();
+  if (have && m.version == have->version()) return have;
+  if (m.local) {
+    auto pub = WeightPublisher::find_local(m.publisher_key);
+    auto set = pub ? pub->get(m.version) : nullptr;
+    if (!set) fail(WeightError::Kind::NotFound, "version " + std::to_string(m.version) + " is gone");
+    return set;
+  }
+  struct Release {   // ends the publisher's hold whatever happens (not waited for)
+    const ActorRef<WeightStore>& src; std::uint64_t v; const std::string& id;
+    ~Release() { (void)src.call(&WeightStore::release, v, id); }
+  } release{source, m.version, id_};
+  check_entries(m);
+  std::uint64_t sum = 0;
+  TensorView wire = pool_->get(m.wire_bytes);
+  try {
+    auto d = tp::decode_descriptor(m.descriptor);
+    if (d.nbytes != m.wire_bytes) fail(WeightError::Kind::Transfer, "descriptor size does not match the manifest");
+    sum = fetch_checked(d, wire, opts_.bucket_bytes, deadline, opts_);
+  } catch (const tp::TransportError& e) {
+    fail(WeightError::Kind::Transfer, std::string("transfer: ") + e.what());
+  }
+  if (sum != m.checksum) {
+    fail(WeightError::Kind::Checksum, "version " + std::to_string(m.version) + " arrived with checksum " +
+                                          std::to_string(sum) + ", published " + std::to_string(m.checksum));
+  }
+  return detail::weights::SetBuilder::from_wire(m.version, m.checksum, m.entries,
+                                                static_cast<WireCompression>(m.compression), std::move(wire), *pool_);
+}
+
+}  // namespace troupe

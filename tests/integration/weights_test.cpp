@@ -1,0 +1,120 @@
+// The weight store across processes: a worker publishes, other workers and the driver pull over
+// the data plane; two daemons and a broadcast tree of 4 receivers; a receiver dying mid-transfer.
+#include <doctest/doctest.h>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "cluster_harness.hpp"
+#include "troupe/troupe.hpp"
+#include "troupe/weights.hpp"
+
+using namespace std::chrono_literals;
+using troupe::WeightStore;
+
+namespace {
+
+// A receiver that dies (the whole process) after its first bucket lands.
+struct DyingReceiver {
+  int pid() { return int(::getpid()); }
+  void pull_and_die(troupe::ActorRef<WeightStore> store) {
+    troupe::SubscriberOptions opts;
+    opts.bucket_bytes = 1 << 20;
+    opts.on_progress = [](std::size_t, std::size_t) { ::_exit(9); };
+    troupe::WeightSubscriber sub(store, opts);
+    (void)sub.update();
+  }
+};
+
+troupe::Runtime connect(const itest::Cluster& c) {
+  troupe::RuntimeConfig cfg;
+  cfg.address = c.address();
+  cfg.token = c.token();
+  cfg.remote_call_timeout = 60s;
+  return troupe::Runtime::create(cfg);
+}
+
+std::vector<std::int64_t> numels(std::int64_t total_floats, int n) {
+  return std::vector<std::int64_t>(std::size_t(n), total_floats / n);
+}
+
+}  // namespace
+
+TROUPE_ACTOR(DyingReceiver, pid, pull_and_die);
+
+TEST_CASE("weights: a worker publishes, another worker and the driver pull the same checked bytes") {
+  char tmpl[] = "/tmp/troupe-weights-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  {
+    troupe::RuntimeConfig cfg;
+    cfg.session_root = tmpl;
+    auto rt = troupe::Runtime::create(cfg);
+    auto pub = rt.spawn<WeightStore>(troupe::Options{}.process(true));
+    auto recv = rt.spawn<WeightStore>(troupe::Options{}.process(true));
+    auto sum = pub.call(&WeightStore::publish_synthetic, std::uint64_t(3), numels(8 << 20, 4), std::uint64_t(1)).get();
+    CHECK(recv.call(&WeightStore::follow, std::vector<troupe::ActorRef<WeightStore>>{pub}, troupe::kLatestVersion).get() == sum);
+    CHECK(recv.call(&WeightStore::latest_version).get() == 3);
+    troupe::WeightSubscriber driver(recv);                // the driver pulls from the relay
+    auto set = driver.update();
+    CHECK(set->version() == 3);
+    CHECK(troupe::weight_checksum(set->wire().data, set->wire_bytes()) == sum);
+    CHECK(set->tensors().size() == 4);
+    CHECK(pub.call(&WeightStore::stats).get().holds == 0);   // every transfer released its hold
+    CHECK(recv.call(&WeightStore::stats).get().holds == 0);
+  }
+  itest::run({"/bin/rm", "-rf", tmpl});
+}
+
+TEST_CASE("weights: two daemons, a broadcast tree of 4 receivers all get the publisher's version") {
+  itest::Cluster cluster;
+  cluster.add_node("CPU=2,node_a=1");
+  cluster.add_node("CPU=8,node_b=8");
+  auto rt = connect(cluster);
+  auto pub = rt.spawn<WeightStore>(troupe::Options{}.resources("node_a=1"));
+  std::vector<troupe::ActorRef<WeightStore>> relays;
+  for (int i = 0; i < 4; ++i) relays.push_back(rt.spawn<WeightStore>(troupe::Options{}.resources("node_b=1")));
+  auto sum = pub.call(&WeightStore::publish_synthetic, std::uint64_t(1), numels(4 << 20, 3), std::uint64_t(5)).get();
+  // Level by level: receivers 0,1 from the publisher, 2,3 from receiver 0.
+  for (std::size_t level : {0, 2}) {
+    std::vector<troupe::Future<std::uint64_t>> fs;
+    for (std::size_t k = level; k < level + 2; ++k) {
+      fs.push_back(relays[k].call(&WeightStore::follow, troupe::tree_sources(pub, relays, k), std::uint64_t(1)));
+    }
+    for (auto& f : fs) CHECK(f.get() == sum);
+  }
+  CHECK(troupe::tree_sources(pub, relays, 2)[0] == relays[0]);
+  for (auto& r : relays) CHECK(r.call(&WeightStore::latest_version).get() == 1);
+  CHECK(relays[0].call(&WeightStore::stats).get().holds == 0);
+}
+
+TEST_CASE("weights: a receiver killed mid-transfer blocks neither the others nor the publisher") {
+  char tmpl[] = "/tmp/troupe-weights-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  {
+    troupe::RuntimeConfig cfg;
+    cfg.session_root = tmpl;
+    auto rt = troupe::Runtime::create(cfg);
+    auto pub = rt.spawn<WeightStore>(troupe::Options{}.process(true), std::uint8_t(0), std::int64_t(1000));
+    auto dier = rt.spawn<DyingReceiver>(troupe::Options{}.process(true));
+    auto ok = rt.spawn<WeightStore>(troupe::Options{}.process(true));
+    auto sum = pub.call(&WeightStore::publish_synthetic, std::uint64_t(1), numels(16 << 20, 2), std::uint64_t(9)).get();
+    int dier_pid = dier.call(&DyingReceiver::pid).get();
+    auto died = dier.call(&DyingReceiver::pull_and_die, pub);
+    REQUIRE(died.wait_for(30s));
+    CHECK_FALSE(died.result().ok());
+    for (int i = 0; i < 100 && ::kill(dier_pid, 0) == 0; ++i) std::this_thread::sleep_for(50ms);   // reaped
+    CHECK(::kill(dier_pid, 0) != 0);
+    CHECK(pub.call(&WeightStore::stats).get().holds == 1);   // the dead receiver's, until its lease
+    // The others go on at once: another receiver pulls, the publisher publishes again.
+    CHECK(ok.call(&WeightStore::follow, std::vector<troupe::ActorRef<WeightStore>>{pub}, std::uint64_t(1)).get() == sum);
+    auto sum2 = pub.call(&WeightStore::publish_synthetic, std::uint64_t(2), numels(16 << 20, 2), std::uint64_t(10)).get();
+    CHECK(ok.call(&WeightStore::follow, std::vector<troupe::ActorRef<WeightStore>>{pub}, std::uint64_t(2)).get() == sum2);
+    std::this_thread::sleep_for(1200ms);
+    auto st = pub.call(&WeightStore::stats).get();
+    CHECK(st.holds == 0);                                     // the lease ended the dead hold
+    CHECK(st.live_versions == 1);                             // version 1 freed (WS-2)
+  }
+  itest::run({"/bin/rm", "-rf", tmpl});
+}
