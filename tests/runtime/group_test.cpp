@@ -64,6 +64,8 @@ TEST_CASE("call_balanced sends work to the member with the least outstanding cos
   for (auto& f : small) CHECK(f.get() == 1);   // 5 x 10 < 1000: all to the idle member
   CHECK(big.get() == 0);
   // Once the big call completed its cost is returned: zero-cost calls rotate again.
+  for (int i = 0; i < 1000 && g.outstanding_cost(0) != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(g.outstanding_cost(0) == 0);
   auto a = g.call_balanced(0, &Shard::slow_rank, 0).get();
   auto b = g.call_balanced(0, &Shard::slow_rank, 0).get();
   CHECK(a != b);

@@ -153,6 +153,9 @@ class ActorGroup {
     f.state()->on_ready([d = dispatcher_, t = *ticket] { d->release(t); });
     return f;
   }
+  // The cost of member i's balanced calls still in flight. Released right after each call's
+  // future completes (a waiter may see the value a moment before the release).
+  std::int64_t outstanding_cost(std::size_t i) const { return dispatcher_ ? dispatcher_->outstanding_cost(i) : 0; }
 
  private:
   std::vector<ActorRef<T>> members_;
