@@ -2,6 +2,8 @@
 
 #include <caf/all.hpp>
 
+#include "cluster/http.hpp"
+
 namespace troupe::detail {
 namespace {
 
@@ -17,13 +19,6 @@ struct HostState {
 };
 
 using Host = caf::stateful_actor<HostState>;
-
-bool token_matches(const std::string& given, const std::string& expected) {
-  if (given.size() != expected.size()) return false;
-  unsigned char diff = 0;   // constant time: no prefix leaks through timing
-  for (std::size_t i = 0; i < given.size(); ++i) diff |= static_cast<unsigned char>(given[i] ^ expected[i]);
-  return diff == 0;
-}
 
 std::string describe_current_exception() {
   try {
@@ -63,7 +58,7 @@ void run_remote(Host* self, ActorCell& cell, WireCall& wc) {
   reply.gateway = self->state.ctx.gateway;
   auto fail = [&](const Error& e) { reply.code = static_cast<std::int32_t>(e.code); reply.error = e.message; };
   // Callers reach hosts directly: check here too. Hosts outside worker processes take none.
-  if (self->state.ctx.token.empty() || !token_matches(wc.token, self->state.ctx.token)) {
+  if (self->state.ctx.token.empty() || !cluster::token_matches(wc.token, self->state.ctx.token)) {
     fail(Error{ErrorCode::Unavailable, "refused: missing or wrong cluster token"});
   } else if (wc.incarnation != self->state.ctx.incarnation) {   // FT-2
     fail(Error{ErrorCode::ActorDied, cell.label() + " incarnation " + std::to_string(wc.incarnation) + " is gone"});

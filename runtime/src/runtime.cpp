@@ -20,9 +20,6 @@ namespace {
 
 std::atomic<RuntimeImpl*> g_current{nullptr};   // the process's live runtime (at most one)
 
-// Cluster actor ids (assigned by the head) start here; in-process ids stay below.
-constexpr std::uint64_t kClusterActorBase = std::uint64_t(1) << 48;
-
 }  // namespace
 
 RuntimeImpl::RuntimeImpl(RuntimeConfig config) : config_(std::move(config)) {

@@ -13,13 +13,7 @@ using nlohmann::json;
 
 namespace {
 
-troupe::Runtime connect(const itest::Cluster& c) {
-  troupe::RuntimeConfig cfg;
-  cfg.address = c.address();
-  cfg.token = c.token();
-  cfg.remote_call_timeout = 30s;
-  return troupe::Runtime::create(cfg);
-}
+troupe::Runtime connect(const itest::Cluster& c) { return itest::connect(c, 30s); }
 
 // Waits for the future with a generous bound: it must resolve by itself (FT-1).
 template <class T>

@@ -15,6 +15,14 @@ namespace itest {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
+troupe::Runtime connect(const Cluster& c, std::chrono::seconds call_timeout) {
+  troupe::RuntimeConfig cfg;
+  cfg.address = c.address();
+  cfg.token = c.token();
+  cfg.remote_call_timeout = call_timeout;
+  return troupe::Runtime::create(cfg);
+}
+
 CommandResult run(const std::vector<std::string>& argv, std::chrono::seconds timeout) {
   int pipefd[2];
   if (::pipe(pipefd) != 0) throw std::runtime_error("pipe");

@@ -12,12 +12,18 @@
 
 #include <nlohmann/json.hpp>
 
+#include "troupe/runtime.hpp"
+
 namespace itest {
 
 struct CommandResult {
   int status = -1;       // exit status, or -1 if it timed out (and was killed)
   std::string output;    // stdout and stderr
 };
+
+// A driver runtime joined to `c`, with the given deadline for calls to worker actors.
+class Cluster;
+troupe::Runtime connect(const Cluster& c, std::chrono::seconds call_timeout);
 
 // Runs argv with a deadline.
 CommandResult run(const std::vector<std::string>& argv, std::chrono::seconds timeout = std::chrono::seconds(30));

@@ -18,13 +18,7 @@ using troupe::ErrorCode;
 
 namespace {
 
-troupe::Runtime connect(const itest::Cluster& c) {
-  troupe::RuntimeConfig cfg;
-  cfg.address = c.address();
-  cfg.token = c.token();
-  cfg.remote_call_timeout = 60s;
-  return troupe::Runtime::create(cfg);
-}
+troupe::Runtime connect(const itest::Cluster& c) { return itest::connect(c, 60s); }
 
 }  // namespace
 

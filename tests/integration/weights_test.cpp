@@ -28,13 +28,7 @@ struct DyingReceiver {
   }
 };
 
-troupe::Runtime connect(const itest::Cluster& c) {
-  troupe::RuntimeConfig cfg;
-  cfg.address = c.address();
-  cfg.token = c.token();
-  cfg.remote_call_timeout = 60s;
-  return troupe::Runtime::create(cfg);
-}
+troupe::Runtime connect(const itest::Cluster& c) { return itest::connect(c, 60s); }
 
 std::vector<std::int64_t> numels(std::int64_t total_floats, int n) {
   return std::vector<std::int64_t>(std::size_t(n), total_floats / n);

@@ -10,8 +10,6 @@ namespace {
 
 using json = nlohmann::json;
 
-HttpResponse reply(int status, const json& body) { return HttpResponse{status, body.dump()}; }
-HttpResponse error_reply(int status, const std::string& message) { return reply(status, json{{"error", message}}); }
 
 // "/123/poll" -> (123, "poll"); id 0 when the segment is not a number.
 std::pair<std::uint64_t, std::string> split_id(const std::string& rest) {
@@ -26,14 +24,6 @@ std::pair<std::uint64_t, std::string> split_id(const std::string& rest) {
     id = 0;
   }
   return {id, slash == std::string::npos ? "" : rest.substr(slash + 1)};
-}
-
-// Constant-time comparison: the token check must not leak its prefix through timing.
-bool token_matches(const std::string& given, const std::string& expected) {
-  if (given.size() != expected.size()) return false;
-  unsigned char diff = 0;
-  for (std::size_t i = 0; i < given.size(); ++i) diff |= static_cast<unsigned char>(given[i] ^ expected[i]);
-  return diff == 0;
 }
 
 }  // namespace

@@ -22,6 +22,12 @@
 
 namespace troupe::cluster {
 
+// JSON replies of the head's API: a body, or {"error": message}.
+inline HttpResponse reply(int status, const nlohmann::json& body) { return HttpResponse{status, body.dump()}; }
+inline HttpResponse error_reply(int status, const std::string& message) {
+  return reply(status, nlohmann::json{{"error", message}});
+}
+
 struct HeadConfig {
   std::string bind = "127.0.0.1";
   std::uint16_t port = 0;                              // 0: any free port
@@ -91,6 +97,9 @@ class Head {
   Worker& new_worker(std::uint64_t node, const std::string& binary);
   void start_on_worker(Worker& w, ActorRow& actor);
   void on_worker_lost(Worker& w, const std::string& why);
+  // Marks the actor dead for `why`, frees its resources and stops it in its worker (which
+  // exits once it hosts nothing).
+  void bury(ActorRow& actor, const std::string& why);
   void restart_or_bury(ActorRow& actor, const std::string& why, std::map<std::uint64_t, Worker*>& regroup);
   void on_node_dead(Node& n, const std::string& why);
   void save(const ActorRow& a);

@@ -3,17 +3,13 @@
 #include <spdlog/spdlog.h>
 
 #include "cluster/head.hpp"
+#include "cluster/wire.hpp"
 
 namespace troupe::cluster {
 namespace {
 
 using json = nlohmann::json;
 
-// Cluster actor ids live above every in-process id, so one table can hold both.
-constexpr std::uint64_t kClusterActorBase = std::uint64_t(1) << 48;
-
-HttpResponse reply(int status, const json& body) { return HttpResponse{status, body.dump()}; }
-HttpResponse error_reply(int status, const std::string& message) { return reply(status, json{{"error", message}}); }
 
 std::int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -120,7 +116,7 @@ HttpResponse Head::create_actor(const json& body) {
       return error_reply(409, "cannot colocate with actor " + std::to_string(colocate_with) + ": it is not running");
     }
   }
-  a.id = kClusterActorBase + next_actor_++;
+  a.id = detail::kClusterActorBase + next_actor_++;
   store_->put_meta("next_actor", std::to_string(next_actor_));
   a.state = "pending";
   auto [it, _] = actors_.emplace(a.id, std::move(a));
@@ -136,15 +132,7 @@ HttpResponse Head::kill_actor(std::uint64_t id) {
   if (it == actors_.end()) return error_reply(404, "unknown actor " + std::to_string(id));
   ActorRow& a = it->second;
   if (a.state != "dead") {
-    a.state = "dead";
-    a.death_reason = "was killed";
-    (void)scheduler_.release_actor(a.id);
-    if (auto w = workers_.find(std::stoull(a.worker_id.empty() ? "0" : a.worker_id)); w != workers_.end()) {
-      w->second.actors.erase(a.id);
-      w->second.commands.push_back(json{{"kind", "kill"}, {"actor_id", a.id}});
-      if (w->second.actors.empty()) w->second.commands.push_back(json{{"kind", "exit"}});
-    }
-    save(a);
+    bury(a, "was killed");
     after_release();
     changed();
   }
@@ -234,6 +222,18 @@ void Head::on_worker_lost(Worker& w, const std::string& why) {
   w.actors.clear();
   for (auto aid : members) restart_or_bury(actors_.at(aid), why, regroup);
   after_release();
+}
+
+void Head::bury(ActorRow& a, const std::string& why) {
+  a.state = "dead";
+  a.death_reason = why;
+  (void)scheduler_.release_actor(a.id);
+  if (auto w = workers_.find(a.worker_id.empty() ? 0 : std::stoull(a.worker_id)); w != workers_.end()) {
+    w->second.actors.erase(a.id);
+    w->second.commands.push_back(json{{"kind", "kill"}, {"actor_id", a.id}});
+    if (w->second.actors.empty()) w->second.commands.push_back(json{{"kind", "exit"}});
+  }
+  save(a);
 }
 
 void Head::restart_or_bury(ActorRow& a, const std::string& why, std::map<std::uint64_t, Worker*>& regroup) {

@@ -9,8 +9,6 @@ namespace {
 
 using json = nlohmann::json;
 
-HttpResponse reply(int status, const json& body) { return HttpResponse{status, body.dump()}; }
-HttpResponse error_reply(int status, const std::string& message) { return reply(status, json{{"error", message}}); }
 
 }  // namespace
 
@@ -50,16 +48,7 @@ HttpResponse Head::remove_group(std::uint64_t id) {
   if (!removed.is_ok()) return error_reply(404, removed.status().to_string());
   for (auto aid : *removed) {
     auto it = actors_.find(aid);
-    if (it == actors_.end() || it->second.state == "dead") continue;
-    ActorRow& a = it->second;
-    a.state = "dead";
-    a.death_reason = "its placement group was removed";
-    if (auto w = workers_.find(a.worker_id.empty() ? 0 : std::stoull(a.worker_id)); w != workers_.end()) {
-      w->second.actors.erase(a.id);
-      w->second.commands.push_back(json{{"kind", "kill"}, {"actor_id", a.id}});
-      if (w->second.actors.empty()) w->second.commands.push_back(json{{"kind", "exit"}});
-    }
-    save(a);
+    if (it != actors_.end() && it->second.state != "dead") bury(it->second, "its placement group was removed");
   }
   after_release();
   changed();

@@ -238,6 +238,13 @@ HttpResponse http_call(const std::string& host, std::uint16_t port, const std::s
   return HttpResponse{static_cast<int>(res.result_int()), res.body(), std::string(res[bhttp::field::content_type])};
 }
 
+bool token_matches(const std::string& given, const std::string& expected) {
+  if (given.size() != expected.size()) return false;
+  unsigned char diff = 0;
+  for (std::size_t i = 0; i < given.size(); ++i) diff |= static_cast<unsigned char>(given[i] ^ expected[i]);
+  return diff == 0;
+}
+
 std::pair<std::string, std::uint16_t> split_address(const std::string& address) {
   auto colon = address.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) {

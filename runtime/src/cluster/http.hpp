@@ -66,6 +66,10 @@ HttpResponse http_call(const std::string& host, std::uint16_t port, const std::s
                        const std::string& target, const std::string& body, const std::string& token,
                        std::chrono::milliseconds timeout);
 
+// Compares a presented token with the cluster's in constant time (no prefix leaks through
+// timing). SEC-1's one check, used by the head, worker gateways and actor hosts.
+bool token_matches(const std::string& given, const std::string& expected);
+
 // "host:port" -> parts. Throws std::invalid_argument with a clear message.
 std::pair<std::string, std::uint16_t> split_address(const std::string& address);
 

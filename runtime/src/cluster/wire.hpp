@@ -18,6 +18,10 @@
 
 namespace troupe::detail {
 
+// Cluster actor ids (assigned by the head) start here; in-process ids stay below, so one table
+// per process holds both.
+inline constexpr std::uint64_t kClusterActorBase = std::uint64_t(1) << 48;
+
 struct WireCall {
   std::string token;                          // SEC-1: checked by the gateway
   std::uint64_t actor_id = 0;

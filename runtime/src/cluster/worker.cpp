@@ -22,13 +22,6 @@ using remove_atom = caf::atom_constant<caf::atom("tr_remove")>;
 
 constexpr auto kHeadLostAfter = std::chrono::seconds(10);
 
-bool token_matches(const std::string& given, const std::string& expected) {
-  if (given.size() != expected.size()) return false;
-  unsigned char diff = 0;
-  for (std::size_t i = 0; i < given.size(); ++i) diff |= static_cast<unsigned char>(given[i] ^ expected[i]);
-  return diff == 0;
-}
-
 struct GatewayState {
   std::string token;
   std::map<std::uint64_t, std::pair<caf::actor, std::uint64_t>> actors;   // id -> host, incarnation
@@ -51,7 +44,7 @@ caf::behavior gateway(caf::stateful_actor<GatewayState>* self, std::string token
   self->state.token = std::move(token);
   return {
       [self](WireCall& wc) {
-        if (!token_matches(wc.token, self->state.token)) {
+        if (!cluster::token_matches(wc.token, self->state.token)) {
           spdlog::warn("gateway: refused a call to actor {}: missing or wrong cluster token", wc.actor_id);
           refuse(wc, ErrorCode::Unavailable, "refused: missing or wrong cluster token");
           return;
@@ -67,7 +60,7 @@ caf::behavior gateway(caf::stateful_actor<GatewayState>* self, std::string token
       [](const WireRelease& r) { release_regions(r.regions); },
       // A caller asks for the host of an actor, to send its calls there directly.
       [self](host_atom, const std::string& token, std::uint64_t id, std::uint64_t incarnation) -> caf::actor {
-        if (!token_matches(token, self->state.token)) return {};
+        if (!cluster::token_matches(token, self->state.token)) return {};
         auto it = self->state.actors.find(id);
         if (it == self->state.actors.end() || it->second.second != incarnation) return {};
         return it->second.first;
