@@ -63,10 +63,30 @@ CommandResult run(const std::vector<std::string>& argv, std::chrono::seconds tim
   return r;
 }
 
+// Stops the daemons of clusters whose test process died without cleaning up (a crash skips
+// destructors): each cluster directory names its owner, and an owner that is gone means litter.
+void reap_orphans() {
+  std::error_code ec;
+  for (const auto& d : fs::directory_iterator("/tmp", ec)) {
+    if (d.path().filename().string().rfind("troupe-it-", 0) != 0) continue;
+    long owner = 0;
+    std::ifstream(d.path() / "owner") >> owner;
+    if (owner <= 0 || ::kill(pid_t(owner), 0) == 0) continue;
+    for (const auto& p : fs::directory_iterator(d.path() / "pids", ec)) {
+      long pid = 0;
+      if (std::ifstream(p.path()) >> pid; pid > 0) ::kill(pid_t(pid), SIGKILL);
+    }
+    fs::remove_all(d.path(), ec);
+  }
+}
+
 Cluster::Cluster(const std::string& head_resources) {
+  static const bool reaped = (reap_orphans(), true);
+  (void)reaped;
   char tmpl[] = "/tmp/troupe-it-XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp");
   dir_ = tmpl;
+  std::ofstream(fs::path(dir_) / "owner") << ::getpid() << "\n";
   int st = 0;
   std::string out = cli({"start", "--head", "--port", "0", "--resources", head_resources}, &st);
   std::smatch m;
