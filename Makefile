@@ -28,7 +28,7 @@ demo: configure
 	@scripts/demo.sh $(BUILD)
 
 test: build
-	@cd $(BUILD) && ctest --output-on-failure --timeout 600 -j$(JOBS)
+	@cd $(BUILD) && LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp ctest --output-on-failure --timeout 600 -j$(JOBS)
 
 bench: build
 	@scripts/bench.sh $(BUILD)

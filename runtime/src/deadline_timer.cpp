@@ -36,7 +36,8 @@ void DeadlineTimer::run() {
   while (!stopping_) {
     if (entries_.empty()) { cv_.wait(lk); continue; }
     auto first = entries_.begin();
-    if (Clock::now() < first->first.first) { cv_.wait_until(lk, first->first.first); continue; }
+    const Clock::time_point when = first->first.first;   // a copy: the entry may go while we wait
+    if (Clock::now() < when) { cv_.wait_until(lk, when); continue; }
     auto fire = std::move(first->second);
     entries_.erase(first);
     lk.unlock();
