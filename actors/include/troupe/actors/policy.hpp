@@ -1,0 +1,85 @@
+// The policy model: a small causal transformer (GPT-2 layout: pre-LayerNorm blocks, GELU MLP,
+// learned positions, untied output head) written as plain ATen ops over named parameter tensors,
+// so the same weights serve training (autograd), generation (KV cache) and safetensors files.
+// Include only from torch-using sources (needs at::Tensor).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "troupe/actors/safetensors.hpp"
+#include "troupe/actors/types.hpp"
+
+namespace troupe::actors {
+
+using NamedParameters = std::vector<std::pair<std::string, at::Tensor>>;
+
+// Keys and values of every layer for `batch` rows and up to `max_len` positions.
+class KvCache {
+ public:
+  KvCache(const PolicyConfig& config, std::int64_t batch, std::int64_t max_len);
+  at::Tensor& keys(std::size_t layer) { return keys_[layer]; }       // [B, H, max_len, Dh]
+  at::Tensor& values(std::size_t layer) { return values_[layer]; }   // [B, H, max_len, Dh]
+  std::int64_t max_len() const { return max_len_; }
+
+ private:
+  std::vector<at::Tensor> keys_, values_;
+  std::int64_t max_len_;
+};
+
+class Policy {
+ public:
+  // Random initial weights from config.seed (N(0, 0.02); residual projections / sqrt(2 layers)).
+  // Throws std::invalid_argument for an inconsistent config.
+  explicit Policy(const PolicyConfig& config);
+
+  // tokens, positions [B, Tq] i64; key_mask [B, offset + Tq] bool marks keys that may be attended.
+  // Query i attends key j when key_mask[b, j] and j <= offset + i (and always itself, so a padding
+  // query stays finite). With a cache, this call's keys/values are written at [offset, offset + Tq)
+  // and the cached ones before `offset` are read; without one, offset must be 0.
+  // Returns logits [B, Tq, vocab] f32.
+  at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& key_mask,
+                     KvCache* cache = nullptr, std::int64_t offset = 0) const;
+
+  const PolicyConfig& config() const { return config_; }
+  const NamedParameters& parameters() const { return params_; }
+  std::int64_t parameter_count() const;
+  void set_requires_grad(bool on);
+
+  // Copies `tensors` into the parameters. Every parameter must be present with its exact shape
+  // and dtype f32; extra names are an error too. Throws std::invalid_argument naming the problem.
+  void load(const NamedTensors& tensors);
+  // Like load, but the parameters become the given tensors' memory (no copy); the caller must not
+  // write that memory while this policy uses it. For frozen or inference-only policies.
+  void adopt(const NamedTensors& tensors);
+  // Views of the parameters (sharing their memory).
+  NamedTensors views() const;
+
+ private:
+  const at::Tensor& param(std::size_t i) const { return params_[i].second; }
+  at::Tensor block(const at::Tensor& x, std::size_t layer, const at::Tensor& mask, KvCache* cache,
+                   std::int64_t offset) const;
+
+  PolicyConfig config_;
+  NamedParameters params_;
+};
+
+// Positions of real tokens in a left-padded batch: cumsum(attn_mask) - 1, clamped at 0. [N, T] i64.
+at::Tensor positions_from_mask(const at::Tensor& attn_mask);
+
+// Per-token logprobs of a whole batch: out[n, t] = log softmax(logits[n, t-1] / temperature)[tokens[n, t]]
+// for t >= 1, out[n, 0] = 0. tokens [N, T] i64, attn_mask [N, T] bool -> [N, T] f32, differentiable
+// when the policy's parameters require grad. If `entropy` is given it receives the entropy of the
+// same distributions ([N, T], no grad).
+at::Tensor token_logprobs(const Policy& policy, const at::Tensor& tokens, const at::Tensor& attn_mask,
+                          float temperature, at::Tensor* entropy = nullptr);
+
+// Sets this thread's libtorch intra-op threads and the kernels' thread budget. Actors call it from
+// their constructor, which runs on the actor's own thread (OpenMP thread counts are per thread).
+void set_compute_threads(int n);
+
+}  // namespace troupe::actors

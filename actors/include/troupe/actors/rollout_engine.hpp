@@ -1,0 +1,41 @@
+// RolloutEngine actor: batched sampling from its own copy of the policy. Weights change only
+// between batches (update_weights), and every row of a batch carries the version that produced it
+// (RL-1).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "troupe/actors/types.hpp"
+
+namespace troupe::actors {
+
+struct RolloutConfig {
+  PolicyConfig policy;
+  std::int32_t threads = 2;    // libtorch intra-op threads of this actor's thread
+  bool use_cache = true;       // KV cache; false recomputes the prefix each token (for tests)
+  MSGPACK_DEFINE(policy, threads, use_cache);
+};
+
+class RolloutEngine {
+ public:
+  explicit RolloutEngine(RolloutConfig config);   // initial weights from config.policy.seed, version 0
+  ~RolloutEngine();
+  RolloutEngine(RolloutEngine&&) noexcept;
+
+  // Samples request.samples_per_prompt responses per prompt (see generate.hpp for the layout).
+  RolloutBatch generate(GenerateRequest request);
+  // Serves `weights` from the next batch on. The engine adopts the tensors' storage (a pointer
+  // swap, no copy): the publisher must not write them afterwards (Trainer::weights() hands out a
+  // snapshot for this reason). Throws on a missing or misshapen tensor. Returns the new version.
+  std::int64_t update_weights(Weights weights);
+  std::int64_t policy_version();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace troupe::actors
+
+TROUPE_ACTOR(troupe::actors::RolloutEngine, generate, update_weights, policy_version);

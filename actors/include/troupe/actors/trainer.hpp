@@ -1,0 +1,55 @@
+// Trainer actor: the policy being optimised, AdamW, gradient clipping and accumulation over
+// micro-batches. The loss is an objective registered by name (objective.hpp), so one Trainer
+// serves SFT and any RL algorithm. After each optimizer step the policy version goes up by one.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "troupe/actors/rollout_engine.hpp"
+#include "troupe/actors/types.hpp"
+
+namespace troupe::actors {
+
+struct TrainerConfig {
+  PolicyConfig policy;
+  OptimConfig optim;
+  std::int32_t threads = 2;   // libtorch intra-op threads of this actor's thread
+  MSGPACK_DEFINE(policy, optim, threads);
+};
+
+class Trainer {
+ public:
+  explicit Trainer(TrainerConfig config);   // initial weights from config.policy.seed, version 0
+  ~Trainer();
+  Trainer(Trainer&&) noexcept;
+
+  // Forward + backward over batch.micro_batches parts, one clip, one AdamW step.
+  TrainMetrics train_step(TrainBatch batch);
+  // A snapshot of the current parameters (a copy that the trainer never writes), tagged with the
+  // current version: safe to adopt without copying (RolloutEngine::update_weights).
+  Weights weights();
+  // Starts a fresh optimizer (moments and step count reset) with `config`.
+  void set_optimizer(OptimConfig config);
+  // Hands weights() to `rollout` (RolloutEngine::update_weights) from the trainer's own thread and
+  // returns the version it now serves. Colocated in one process this is a pointer swap with no
+  // copy and no hop through the driver; otherwise one transfer, trainer to engine.
+  std::int64_t sync_to(ActorRef<RolloutEngine> rollout);
+  std::int64_t policy_version();
+
+  // Checkpoint: <dir>/policy.safetensors and <dir>/optimizer.safetensors (version and optimizer
+  // config in the metadata). Restoring gives bit-identical parameters, moments and step count.
+  void save_checkpoint(std::string dir);
+  std::int64_t load_checkpoint(std::string dir);   // returns the restored version
+  void save_weights(std::string path);              // the policy alone, as safetensors
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace troupe::actors
+
+TROUPE_ACTOR(troupe::actors::Trainer, train_step, weights, set_optimizer, sync_to, policy_version,
+             save_checkpoint, load_checkpoint, save_weights);

@@ -1,0 +1,129 @@
+// The messages the RL roles exchange: plain msgpack structs, tensors as troupe::TensorView
+// (in-process they pass without a copy). No torch here, so a driver that only calls actors stays
+// cheap to compile.
+//
+// Token layout shared by every role: a batch of N sequences is [N, T]; prompts are left-padded to
+// the longest prompt P, responses follow from column P and are right-padded. `attn_mask` marks
+// real tokens. Per-token values at column t describe token t given tokens < t, so column 0 is 0.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "troupe/troupe.hpp"
+
+namespace troupe::actors {
+
+// A small causal transformer (GPT-2 style, pre-LayerNorm, learned positions).
+struct PolicyConfig {
+  std::int32_t vocab_size = 16;
+  std::int32_t context = 32;    // longest sequence (prompt + response) the model accepts
+  std::int32_t layers = 2;
+  std::int32_t d_model = 64;
+  std::int32_t heads = 4;       // must divide d_model
+  std::int32_t d_ff = 0;        // 0: 4 * d_model
+  std::uint64_t seed = 0;       // initial weights
+  MSGPACK_DEFINE(vocab_size, context, layers, d_model, heads, d_ff, seed);
+};
+
+struct SamplingParams {
+  float temperature = 1.0f;        // 0: greedy
+  float top_p = 1.0f;              // nucleus sampling; 1 keeps the whole distribution
+  std::int32_t max_new_tokens = 8;
+  std::int32_t stop_token = -1;    // generation of a row ends after it emits this id; -1: none
+  std::uint64_t seed = 0;          // the request's own RNG stream: same seed, same samples
+  MSGPACK_DEFINE(temperature, top_p, max_new_tokens, stop_token, seed);
+};
+
+struct GenerateRequest {
+  std::vector<std::vector<std::int32_t>> prompts;
+  std::int32_t samples_per_prompt = 1;   // the G of GRPO; the samples of one prompt are adjacent rows
+  SamplingParams sampling;
+  MSGPACK_DEFINE(prompts, samples_per_prompt, sampling);
+};
+
+// N = prompts * samples_per_prompt rows.
+struct RolloutBatch {
+  TensorView tokens;          // [N, T] i64, T = prompt_len + generated columns
+  TensorView attn_mask;       // [N, T] bool
+  TensorView response_mask;   // [N, T] bool: generated tokens, the stop token included
+  TensorView logprobs;        // [N, T] f32: log pi(token | prefix) at the sampling temperature (1 if greedy),
+                              //   over the full (not top-p truncated) distribution; 0 off the response
+  std::vector<std::vector<std::int32_t>> responses;   // generated ids per row, stop token excluded
+  std::vector<std::uint8_t> finished;                 // 1 if the row emitted the stop token
+  std::vector<std::int64_t> policy_version;           // per row (RL-1)
+  std::int32_t prompt_len = 0;                        // P
+  std::int64_t generated_tokens = 0;                  // response tokens, stop tokens included
+  double seconds = 0;
+  MSGPACK_DEFINE(tokens, attn_mask, response_mask, logprobs, responses, finished, policy_version,
+                 prompt_len, generated_tokens, seconds);
+};
+
+// One optimizer step's worth of data for the Trainer.
+struct TrainBatch {
+  std::string objective = "sft";                 // a name registered with register_objective
+  TensorView tokens;                             // [N, T] i64
+  TensorView attn_mask;                          // [N, T] bool
+  TensorView loss_mask;                          // [N, T] bool: tokens whose logprob enters the loss
+  std::map<std::string, TensorView> inputs;      // objective-specific, first dimension N
+  std::map<std::string, double> options;         // objective hyper-parameters
+  float temperature = 1.0f;                      // logits are divided by it before the softmax
+  std::int32_t micro_batches = 1;                // gradient accumulation: rows split in this many parts
+  MSGPACK_DEFINE(objective, tokens, attn_mask, loss_mask, inputs, options, temperature, micro_batches);
+};
+
+struct TrainMetrics {
+  std::int64_t policy_version = 0;               // after this step
+  double loss = 0;
+  double grad_norm = 0;                          // before clipping
+  double entropy = 0;                            // mean over loss-mask tokens
+  double lr = 0;
+  std::map<std::string, double> values;          // the objective's metrics
+  std::int64_t tokens = 0;                       // loss-mask tokens
+  double seconds = 0;
+  MSGPACK_DEFINE(policy_version, loss, grad_norm, entropy, lr, values, tokens, seconds);
+};
+
+struct OptimConfig {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.99;
+  double eps = 1e-8;
+  double weight_decay = 0.0;     // decoupled (AdamW, Loshchilov & Hutter 2019)
+  double max_grad_norm = 1.0;    // global L2 norm; <= 0 disables clipping
+  std::int32_t warmup_steps = 0; // linear warm-up of the learning rate
+  MSGPACK_DEFINE(lr, beta1, beta2, eps, weight_decay, max_grad_norm, warmup_steps);
+};
+
+// A policy's weights at one version: names as in Policy::named_parameters().
+struct Weights {
+  std::int64_t version = 0;
+  std::vector<std::string> names;
+  std::vector<TensorView> tensors;
+  MSGPACK_DEFINE(version, names, tensors);
+};
+
+struct LogprobRequest {
+  TensorView tokens;       // [N, T] i64
+  TensorView attn_mask;    // [N, T] bool
+  float temperature = 1.0f;
+  MSGPACK_DEFINE(tokens, attn_mask, temperature);
+};
+
+struct ScoreItem {
+  std::string response;       // decoded, stop token excluded
+  std::string ground_truth;
+  bool finished = false;      // the stop token was emitted
+  MSGPACK_DEFINE(response, ground_truth, finished);
+};
+
+struct RewardResult {
+  float reward = 0;
+  bool format_ok = false;     // the response has the shape an answer must have
+  bool correct = false;
+  MSGPACK_DEFINE(reward, format_ok, correct);
+};
+
+}  // namespace troupe::actors

@@ -1,0 +1,131 @@
+#include "troupe/actors/generate.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <optional>
+#include <stdexcept>
+
+namespace troupe::actors {
+namespace {
+
+struct Layout {
+  at::Tensor tokens, attn_mask, prompt_lens;   // [N, P + max_new], [N, P + max_new], [N]
+  std::int64_t rows = 0, prompt_len = 0;
+};
+
+// Left-pads the prompts into [N, P + max_new] with each prompt repeated `samples` times.
+Layout lay_out(const std::vector<std::vector<std::int32_t>>& prompts, std::int32_t samples, std::int64_t max_new,
+               const PolicyConfig& config) {
+  Layout l;
+  for (auto& p : prompts) {
+    if (p.empty()) throw std::invalid_argument("generate: empty prompt");
+    l.prompt_len = std::max<std::int64_t>(l.prompt_len, std::int64_t(p.size()));
+  }
+  if (l.prompt_len + max_new > config.context)
+    throw std::invalid_argument("generate: prompt (" + std::to_string(l.prompt_len) + ") + max_new_tokens (" +
+                                std::to_string(max_new) + ") exceeds the context (" + std::to_string(config.context) + ")");
+  l.rows = std::int64_t(prompts.size()) * samples;
+  const std::int64_t width = l.prompt_len + max_new;
+  l.tokens = at::zeros({l.rows, width}, at::kLong);
+  l.attn_mask = at::zeros({l.rows, width}, at::kBool);
+  l.prompt_lens = at::empty({l.rows}, at::kLong);
+  auto tok = l.tokens.accessor<std::int64_t, 2>();
+  auto mask = l.attn_mask.accessor<bool, 2>();
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    for (std::int32_t s = 0; s < samples; ++s) {
+      const std::int64_t r = std::int64_t(i) * samples + s, pad = l.prompt_len - std::int64_t(prompts[i].size());
+      l.prompt_lens[r] = std::int64_t(prompts[i].size());
+      for (std::size_t j = 0; j < prompts[i].size(); ++j) {
+        if (prompts[i][j] < 0 || prompts[i][j] >= config.vocab_size) throw std::invalid_argument("generate: token id outside the vocabulary");
+        tok[r][pad + std::int64_t(j)] = prompts[i][j];
+        mask[r][pad + std::int64_t(j)] = true;
+      }
+    }
+  }
+  return l;
+}
+
+// Logits [N, V] for the last column of tokens[:, :width], recomputing or extending the cache.
+at::Tensor next_logits(const Policy& policy, const Layout& l, std::int64_t width, KvCache* cache, bool prefill) {
+  auto mask = l.attn_mask.narrow(1, 0, width);
+  if (cache == nullptr || prefill) {
+    auto toks = l.tokens.narrow(1, 0, width);
+    auto logits = policy.forward(toks, positions_from_mask(mask), mask, cache, 0);
+    return logits.select(1, width - 1);
+  }
+  auto pos = (l.prompt_lens + (width - 1 - l.prompt_len)).view({-1, 1});
+  auto logits = policy.forward(l.tokens.narrow(1, width - 1, 1), pos, mask, cache, width - 1);
+  return logits.select(1, 0);
+}
+
+}  // namespace
+
+at::Tensor sample_tokens(const at::Tensor& logits, const SamplingParams& params, at::Generator& gen, at::Tensor* logprob) {
+  const bool greedy = params.temperature <= 0.0f;
+  auto logp = at::log_softmax(greedy ? logits : logits.div(params.temperature), -1);
+  at::Tensor token;
+  if (greedy) {
+    token = logp.argmax(-1);
+  } else if (params.top_p >= 1.0f) {
+    token = at::multinomial(logp.exp(), 1, false, gen).view({-1});
+  } else {
+    // Keep the smallest prefix of the sorted distribution whose mass reaches top_p (at least one).
+    auto [sorted, order] = logp.exp().sort(-1, /*descending=*/true);
+    auto before = sorted.cumsum(-1).sub_(sorted);
+    auto kept = sorted.masked_fill(before.ge(params.top_p), 0.0);
+    auto pick = at::multinomial(kept, 1, false, gen);
+    token = order.gather(1, pick).view({-1});
+  }
+  if (logprob != nullptr) *logprob = logp.gather(1, token.view({-1, 1})).view({-1});
+  return token;
+}
+
+Generation generate(const Policy& policy, const std::vector<std::vector<std::int32_t>>& prompts,
+                    std::int32_t samples_per_prompt, const SamplingParams& params, bool use_cache) {
+  at::NoGradGuard no_grad;   // not InferenceMode: the outputs feed autograd in the trainer
+  if (samples_per_prompt < 1 || params.max_new_tokens < 1) throw std::invalid_argument("generate: nothing to sample");
+  Layout l = lay_out(prompts, samples_per_prompt, params.max_new_tokens, policy.config());
+  const std::int64_t p = l.prompt_len;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(params.seed);
+  std::optional<KvCache> cache;
+  if (use_cache) cache.emplace(policy.config(), l.rows, p + params.max_new_tokens);
+  auto logprobs = at::zeros(l.tokens.sizes(), at::kFloat);
+  auto response_mask = at::zeros(l.tokens.sizes(), at::kBool);
+  auto done = at::zeros({l.rows}, at::kBool);
+  std::int64_t width = p;
+  for (std::int64_t s = 0; s < params.max_new_tokens; ++s) {
+    auto logits = next_logits(policy, l, width, cache ? &*cache : nullptr, s == 0);
+    at::Tensor lp;
+    auto token = sample_tokens(logits, params, gen, &lp);
+    auto live = done.logical_not();
+    l.tokens.select(1, width).copy_(token.masked_fill(done, 0));
+    l.attn_mask.select(1, width).copy_(live);
+    response_mask.select(1, width).copy_(live);
+    logprobs.select(1, width).copy_(lp.masked_fill(done, 0.0));
+    ++width;
+    if (params.stop_token >= 0) done.logical_or_(token.eq(params.stop_token));
+    if (done.all().item<bool>()) break;
+  }
+  Generation g;
+  g.tokens = l.tokens.narrow(1, 0, width).contiguous();
+  g.attn_mask = l.attn_mask.narrow(1, 0, width).contiguous();
+  g.response_mask = response_mask.narrow(1, 0, width).contiguous();
+  g.logprobs = logprobs.narrow(1, 0, width).contiguous();
+  g.prompt_len = std::int32_t(p);
+  g.generated_tokens = g.response_mask.sum().item<std::int64_t>();
+  g.responses.resize(std::size_t(l.rows));
+  g.finished.assign(std::size_t(l.rows), 0);
+  auto tok = g.tokens.accessor<std::int64_t, 2>();
+  auto resp = g.response_mask.accessor<bool, 2>();
+  for (std::int64_t r = 0; r < l.rows; ++r) {
+    for (std::int64_t c = p; c < width && resp[r][c]; ++c) {
+      if (tok[r][c] == params.stop_token) { g.finished[std::size_t(r)] = 1; break; }
+      g.responses[std::size_t(r)].push_back(std::int32_t(tok[r][c]));
+    }
+  }
+  return g;
+}
+
+}  // namespace troupe::actors

@@ -1,0 +1,201 @@
+#include "troupe/actors/policy.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <stdexcept>
+
+#include "troupe/actors/tensor_bridge.hpp"
+#include "troupe/kernels/logprob.hpp"
+
+namespace troupe::actors {
+namespace {
+
+// Parameter order within one block; index = layer_base + field.
+enum Field : std::size_t { kLn1W, kLn1B, kQkvW, kQkvB, kOutW, kOutB, kLn2W, kLn2B, kFcW, kFcB, kProjW, kProjB, kFields };
+constexpr const char* kFieldNames[kFields] = {"ln1.weight", "ln1.bias", "attn.qkv.weight", "attn.qkv.bias",
+                                              "attn.out.weight", "attn.out.bias", "ln2.weight", "ln2.bias",
+                                              "mlp.fc.weight", "mlp.fc.bias", "mlp.proj.weight", "mlp.proj.bias"};
+constexpr std::size_t kTokEmb = 0, kPosEmb = 1, kFirstBlock = 2;   // then lnf.weight, lnf.bias, head.weight
+
+void check_config(const PolicyConfig& c) {
+  if (c.vocab_size < 2 || c.context < 2 || c.layers < 1 || c.d_model < 1 || c.heads < 1 || c.d_ff < 0)
+    throw std::invalid_argument("PolicyConfig: sizes must be positive");
+  if (c.d_model % c.heads != 0) throw std::invalid_argument("PolicyConfig: heads must divide d_model");
+}
+
+}  // namespace
+
+KvCache::KvCache(const PolicyConfig& c, std::int64_t batch, std::int64_t max_len) : max_len_(max_len) {
+  const std::int64_t dh = c.d_model / c.heads;
+  for (int l = 0; l < c.layers; ++l) {
+    keys_.push_back(at::zeros({batch, c.heads, max_len, dh}));
+    values_.push_back(at::zeros({batch, c.heads, max_len, dh}));
+  }
+}
+
+Policy::Policy(const PolicyConfig& config) : config_(config) {
+  check_config(config_);
+  if (config_.d_ff == 0) config_.d_ff = 4 * config_.d_model;
+  const std::int64_t d = config_.d_model, ff = config_.d_ff, v = config_.vocab_size;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(config_.seed);
+  const double proj_std = 0.02 / std::sqrt(2.0 * config_.layers);
+  auto normal = [&](std::vector<std::int64_t> shape, double std) { return at::randn(shape, gen).mul_(std); };
+  params_.emplace_back("tok_emb", normal({v, d}, 0.02));
+  params_.emplace_back("pos_emb", normal({config_.context, d}, 0.02));
+  for (int l = 0; l < config_.layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    const at::Tensor fields[kFields] = {at::ones({d}), at::zeros({d}), normal({3 * d, d}, 0.02), at::zeros({3 * d}),
+                                        normal({d, d}, proj_std), at::zeros({d}), at::ones({d}), at::zeros({d}),
+                                        normal({ff, d}, 0.02), at::zeros({ff}), normal({d, ff}, proj_std), at::zeros({d})};
+    for (std::size_t f = 0; f < kFields; ++f) params_.emplace_back(p + kFieldNames[f], fields[f]);
+  }
+  params_.emplace_back("lnf.weight", at::ones({d}));
+  params_.emplace_back("lnf.bias", at::zeros({d}));
+  params_.emplace_back("head.weight", normal({v, d}, 0.02));
+}
+
+std::int64_t Policy::parameter_count() const {
+  std::int64_t n = 0;
+  for (auto& [name, t] : params_) n += t.numel();
+  return n;
+}
+
+void Policy::set_requires_grad(bool on) {
+  for (auto& [name, t] : params_) t.requires_grad_(on);
+}
+
+at::Tensor Policy::block(const at::Tensor& x, std::size_t layer, const at::Tensor& mask, KvCache* cache,
+                         std::int64_t offset) const {
+  const std::size_t base = kFirstBlock + layer * kFields;
+  const std::int64_t b = x.size(0), tq = x.size(1), d = config_.d_model, h = config_.heads, dh = d / h;
+  auto ln1 = at::layer_norm(x, {d}, param(base + kLn1W), param(base + kLn1B));
+  auto qkv = at::linear(ln1, param(base + kQkvW), param(base + kQkvB)).view({b, tq, 3, h, dh}).permute({2, 0, 3, 1, 4});
+  at::Tensor q = qkv[0], k = qkv[1], v = qkv[2];   // [B, H, Tq, Dh]
+  if (cache != nullptr) {
+    cache->keys(layer).narrow(2, offset, tq).copy_(k);
+    cache->values(layer).narrow(2, offset, tq).copy_(v);
+    k = cache->keys(layer).narrow(2, 0, offset + tq);
+    v = cache->values(layer).narrow(2, 0, offset + tq);
+  }
+  auto scores = at::matmul(q, k.transpose(-2, -1)).mul_(1.0 / std::sqrt(double(dh)));
+  auto attn = at::softmax(scores.masked_fill(mask.logical_not(), -INFINITY), -1);
+  auto y = at::matmul(attn, v).transpose(1, 2).reshape({b, tq, d});
+  auto h1 = x + at::linear(y, param(base + kOutW), param(base + kOutB));
+  auto ln2 = at::layer_norm(h1, {d}, param(base + kLn2W), param(base + kLn2B));
+  auto mlp = at::linear(at::gelu(at::linear(ln2, param(base + kFcW), param(base + kFcB))), param(base + kProjW),
+                        param(base + kProjB));
+  return h1 + mlp;
+}
+
+at::Tensor Policy::forward(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& key_mask,
+                           KvCache* cache, std::int64_t offset) const {
+  const std::int64_t tq = tokens.size(1), tk = offset + tq;
+  if (cache == nullptr && offset != 0) throw std::invalid_argument("Policy::forward: offset without a cache");
+  if (tk > config_.context || (cache != nullptr && tk > cache->max_len()))
+    throw std::invalid_argument("Policy::forward: " + std::to_string(tk) + " positions exceed the context");
+  if (key_mask.size(1) != tk) throw std::invalid_argument("Policy::forward: key_mask must have offset + Tq columns");
+  // mask [B, 1, Tq, Tk]: key allowed, causal, and the diagonal always.
+  auto qpos = at::arange(offset, tk, at::kLong).view({tq, 1});
+  auto kpos = at::arange(0, tk, at::kLong).view({1, tk});
+  auto mask = key_mask.to(at::kBool).view({-1, 1, 1, tk}).logical_and(kpos.le(qpos)).logical_or(kpos.eq(qpos));
+  auto x = at::embedding(param(kTokEmb), tokens) + at::embedding(param(kPosEmb), positions);
+  for (std::size_t l = 0; l < std::size_t(config_.layers); ++l) x = block(x, l, mask, cache, offset);
+  const std::size_t tail = kFirstBlock + std::size_t(config_.layers) * kFields;
+  x = at::layer_norm(x, {config_.d_model}, param(tail), param(tail + 1));
+  return at::linear(x, param(tail + 2));
+}
+
+namespace {
+
+// The tensor named `name` in `tensors`, checked against `like` (f32, same shape).
+at::Tensor checked_tensor(const NamedTensors& tensors, const std::string& name, const at::Tensor& like) {
+  const TensorView* found = nullptr;
+  for (auto& [n, t] : tensors) if (n == name) found = &t;
+  if (found == nullptr) throw std::invalid_argument("policy weights: missing parameter '" + name + "'");
+  if (found->dtype != DType::F32) throw std::invalid_argument("policy weights: '" + name + "' is not f32");
+  if (found->shape != std::vector<std::int64_t>(like.sizes().begin(), like.sizes().end()))
+    throw std::invalid_argument("policy weights: '" + name + "' has the wrong shape");
+  return from_view(*found);
+}
+
+void check_count(const NamedTensors& tensors, std::size_t expected) {
+  if (tensors.size() != expected)
+    throw std::invalid_argument("policy weights: " + std::to_string(tensors.size()) + " tensors for " +
+                                std::to_string(expected) + " parameters");
+}
+
+}  // namespace
+
+void Policy::load(const NamedTensors& tensors) {
+  check_count(tensors, params_.size());
+  at::NoGradGuard no_grad;
+  for (auto& [name, p] : params_) p.copy_(checked_tensor(tensors, name, p));
+}
+
+void Policy::adopt(const NamedTensors& tensors) {
+  check_count(tensors, params_.size());
+  NamedParameters next;
+  for (auto& [name, p] : params_) next.emplace_back(name, checked_tensor(tensors, name, p));
+  params_ = std::move(next);
+}
+
+NamedTensors Policy::views() const {
+  NamedTensors out;
+  out.reserve(params_.size());
+  for (auto& [name, t] : params_) out.emplace_back(name, to_view(t));
+  return out;
+}
+
+at::Tensor positions_from_mask(const at::Tensor& attn_mask) {
+  return at::cumsum(attn_mask.to(at::kLong), 1).sub_(1).clamp_min_(0);
+}
+
+namespace {
+
+// Fused log-softmax + gather (+ entropy) of contiguous f32 logits [rows, V] via troupe::kernels.
+void kernel_logprobs(const at::Tensor& logits, const at::Tensor& targets, float temperature, at::Tensor& logp,
+                     at::Tensor* entropy) {
+  const std::int64_t rows = logits.size(0), vocab = logits.size(1);
+  logp = at::empty({rows}, at::kFloat);
+  if (entropy != nullptr) *entropy = at::empty({rows}, at::kFloat);
+  kernels::LogprobOptions opts;
+  opts.temperature = temperature;
+  auto st = kernels::logprob_gather(logits.data_ptr<float>(), rows, vocab, targets.data_ptr<std::int64_t>(),
+                                    logp.data_ptr<float>(), entropy ? entropy->data_ptr<float>() : nullptr, opts);
+  if (!st.ok()) throw std::runtime_error("logprob_gather: " + st.message());
+}
+
+}  // namespace
+
+at::Tensor token_logprobs(const Policy& policy, const at::Tensor& tokens, const at::Tensor& attn_mask,
+                          float temperature, at::Tensor* entropy) {
+  const std::int64_t n = tokens.size(0), t = tokens.size(1);
+  auto logits = policy.forward(tokens, positions_from_mask(attn_mask), attn_mask);   // [N, T, V]
+  // Row (n, t) predicts tokens[n, t + 1]; the last column predicts nothing (target 0, dropped).
+  auto targets = at::cat({tokens.narrow(1, 1, t - 1), at::zeros({n, 1}, at::kLong)}, 1).contiguous();
+  at::Tensor lp, ent;
+  auto flat = logits.reshape({n * t, -1});
+  if (at::GradMode::is_enabled() && logits.requires_grad()) {
+    lp = at::log_softmax(flat.div(temperature), -1).gather(1, targets.view({-1, 1})).view({n, t});
+    if (entropy != nullptr) {
+      at::Tensor unused;
+      kernel_logprobs(flat.detach().contiguous(), targets.view({-1}), temperature, unused, &ent);
+    }
+  } else {
+    kernel_logprobs(flat.contiguous(), targets.view({-1}), temperature, lp, entropy ? &ent : nullptr);
+    lp = lp.view({n, t});
+  }
+  auto zero = at::zeros({n, 1}, at::kFloat);
+  if (entropy != nullptr) *entropy = at::cat({zero, ent.view({n, t}).narrow(1, 0, t - 1)}, 1);
+  return at::cat({zero, lp.narrow(1, 0, t - 1)}, 1);
+}
+
+void set_compute_threads(int n) {
+  at::set_num_threads(n < 1 ? 1 : n);
+  kernels::set_num_threads(n);
+}
+
+}  // namespace troupe::actors

@@ -1,0 +1,133 @@
+#include "troupe/actors/trainer.hpp"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+
+#include "troupe/actors/objective.hpp"
+#include "troupe/actors/optimizer.hpp"
+#include "troupe/actors/policy.hpp"
+#include "troupe/actors/safetensors.hpp"
+#include "troupe/actors/tensor_bridge.hpp"
+
+namespace troupe::actors {
+
+struct Trainer::Impl {
+  TrainerConfig config;
+  Policy policy;
+  AdamW optimizer;
+  std::int64_t version = 0;
+  explicit Impl(TrainerConfig c) : config(std::move(c)), policy(init(config.policy)), optimizer(policy.parameters(), config.optim) {}
+  static Policy init(const PolicyConfig& pc) {
+    Policy p(pc);
+    p.set_requires_grad(true);
+    return p;
+  }
+};
+
+namespace {
+
+struct Accumulated {
+  double loss = 0, entropy_sum = 0;
+  std::int64_t tokens = 0;
+  std::map<std::string, double> metrics;
+};
+
+// Rows [begin, begin + n) of every batch tensor.
+ObjectiveInput slice_input(const TrainBatch& b, const std::map<std::string, at::Tensor>& inputs, std::int64_t begin,
+                           std::int64_t n) {
+  ObjectiveInput in;
+  in.loss_mask = from_view(b.loss_mask).narrow(0, begin, n);
+  for (auto& [k, t] : inputs) in.inputs[k] = t.narrow(0, begin, n);
+  in.options = b.options;
+  return in;
+}
+
+}  // namespace
+
+Trainer::Trainer(TrainerConfig config) {
+  set_compute_threads(config.threads);
+  impl_ = std::make_unique<Impl>(std::move(config));
+}
+Trainer::~Trainer() = default;
+Trainer::Trainer(Trainer&&) noexcept = default;
+
+TrainMetrics Trainer::train_step(TrainBatch batch) {
+  const auto start = std::chrono::steady_clock::now();
+  const Objective objective = find_objective(batch.objective);
+  const auto tokens = from_view(batch.tokens), attn = from_view(batch.attn_mask);
+  std::map<std::string, at::Tensor> inputs;
+  for (auto& [k, v] : batch.inputs) inputs[k] = from_view(v);
+  const std::int64_t n = tokens.size(0);
+  const std::int64_t parts = std::clamp<std::int64_t>(batch.micro_batches, 1, std::max<std::int64_t>(1, n));
+  const std::int64_t chunk = (n + parts - 1) / parts;
+  Accumulated acc;
+  impl_->optimizer.zero_grad();
+  for (std::int64_t begin = 0; begin < n; begin += chunk) {
+    const std::int64_t rows = std::min(chunk, n - begin);
+    const double weight = double(rows) / double(n);
+    ObjectiveInput in = slice_input(batch, inputs, begin, rows);
+    at::Tensor entropy;
+    in.logp = token_logprobs(impl_->policy, tokens.narrow(0, begin, rows), attn.narrow(0, begin, rows),
+                             batch.temperature, &entropy);
+    ObjectiveOutput out = objective(in);
+    out.loss.mul(weight).backward();
+    acc.loss += weight * out.loss.item<double>();
+    for (auto& [k, v] : out.metrics) acc.metrics[k] += weight * v;
+    acc.entropy_sum += entropy.masked_select(in.loss_mask).sum().item<double>();
+    acc.tokens += in.loss_mask.sum().item<std::int64_t>();
+  }
+  TrainMetrics m;
+  m.grad_norm = impl_->optimizer.clip_gradients();
+  m.lr = impl_->optimizer.step();
+  m.policy_version = ++impl_->version;
+  m.loss = acc.loss;
+  m.values = std::move(acc.metrics);
+  m.tokens = acc.tokens;
+  m.entropy = acc.tokens > 0 ? acc.entropy_sum / double(acc.tokens) : 0.0;
+  m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return m;
+}
+
+Weights Trainer::weights() {
+  Weights w;
+  w.version = impl_->version;
+  for (auto& [name, p] : impl_->policy.parameters()) {
+    w.names.push_back(name);
+    w.tensors.push_back(to_owned_view(p));
+  }
+  return w;
+}
+
+void Trainer::set_optimizer(OptimConfig config) {
+  impl_->config.optim = config;
+  impl_->optimizer = AdamW(impl_->policy.parameters(), config);
+}
+
+std::int64_t Trainer::sync_to(ActorRef<RolloutEngine> rollout) {
+  return rollout.call(&RolloutEngine::update_weights, weights()).get();
+}
+
+std::int64_t Trainer::policy_version() { return impl_->version; }
+
+void Trainer::save_checkpoint(std::string dir) {
+  std::filesystem::create_directories(dir);
+  write_safetensors(dir + "/policy.safetensors", impl_->policy.views(), {{"version", std::to_string(impl_->version)}});
+  write_safetensors(dir + "/optimizer.safetensors", impl_->optimizer.state_views(), impl_->optimizer.state_metadata());
+}
+
+std::int64_t Trainer::load_checkpoint(std::string dir) {
+  auto policy = read_safetensors(dir + "/policy.safetensors");
+  auto optim = read_safetensors(dir + "/optimizer.safetensors");
+  impl_->policy.load(policy.tensors);
+  impl_->optimizer.load_state(optim);
+  auto it = policy.metadata.find("version");
+  impl_->version = it == policy.metadata.end() ? 0 : std::stoll(it->second);
+  return impl_->version;
+}
+
+void Trainer::save_weights(std::string path) { write_safetensors(path, impl_->policy.views()); }
+
+}  // namespace troupe::actors

@@ -1,0 +1,90 @@
+// examples/grpo: `make demo`. A small transformer learns multi-digit addition: a short SFT warm
+// start, then GRPO as an actor graph (trainer, rollout engine, reference, reward) on the embedded
+// cluster. Prints a live progress line on stderr and, as its last stdout line, one JSON object:
+//   {"sft_heldout_acc":..,"final_heldout_acc":..,"steps":..,"seconds":..,"metrics":"..","plot":"..",...}
+// Flags override GrpoConfig::demo(); --troupe-* flags configure the runtime.
+#include <cmath>
+#include <iostream>
+
+#include <malloc.h>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "troupe/rl.hpp"
+
+namespace {
+
+troupe::rl::GrpoConfig parse(int argc, char** argv) {
+  auto c = troupe::rl::GrpoConfig::demo();
+  CLI::App app{"GRPO on a verifiable task, on troupe"};
+  app.allow_extras();
+  app.add_option("--task", c.task, "task spec, e.g. addition:1-3");
+  app.add_option("--train-size", c.train_size, "train problems");
+  app.add_option("--heldout-size", c.heldout_size, "held-out problems");
+  app.add_option("--steps", c.steps, "GRPO steps");
+  app.add_option("--sft-steps", c.sft.steps, "SFT warm-start steps");
+  app.add_option("--sft-lr", c.sft.optim.lr, "SFT learning rate");
+  app.add_option("--prompts", c.prompts_per_step, "prompts per GRPO step");
+  app.add_option("--group", c.group_size, "samples per prompt (G)");
+  app.add_option("--lr", c.optim.lr, "GRPO learning rate");
+  app.add_option("--kl", c.kl_coef, "KL coefficient (beta)");
+  app.add_option("--clip", c.clip_eps, "ratio clip epsilon");
+  app.add_option("--temperature", c.temperature, "sampling temperature");
+  app.add_option("--updates", c.updates_per_batch, "optimizer steps per batch (mu)");
+  app.add_option("--micro-batches", c.micro_batches, "gradient accumulation parts");
+  app.add_option("--layers", c.policy.layers, "transformer layers");
+  app.add_option("--d-model", c.policy.d_model, "transformer width");
+  app.add_option("--heads", c.policy.heads, "attention heads");
+  app.add_option("--eval-every", c.eval_every, "held-out evaluation period (steps)");
+  app.add_option("--checkpoint-every", c.checkpoint_every, "checkpoint period (steps; 0: at the end)");
+  app.add_option("--seed", c.seed, "run seed");
+  int threads = c.trainer_threads;
+  app.add_option("--threads", threads, "libtorch intra-op threads of each compute actor");
+  app.add_option("--run-dir", c.run_dir, "output directory (metrics, plot, checkpoints)");
+  app.add_flag("--worker-processes", c.worker_processes,
+               "trainer + rollout colocated in one worker process, reference and reward in their own");
+  app.add_flag("--resume", c.resume, "continue from the newest checkpoint in --run-dir");
+  app.add_option("--stop-after", c.stop_after, "stop after this many steps (checkpointed)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e));
+  }
+  c.trainer_threads = c.rollout_threads = c.reference_threads = threads;
+  return c;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Each actor thread gets its own glibc malloc arena, and glibc trims those arenas eagerly: the
+  // tensors a step allocates and frees then cost page faults on every step (measured: ~10 ms of a
+  // 60 ms rollout phase). Keeping freed memory mapped makes actor threads allocate as fast as main.
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  auto rt = troupe::init(argc, argv);
+  auto config = parse(argc, argv);
+  troupe::rl::RunSummary s;
+  try {
+    troupe::rl::Grpo grpo(rt, config);
+    s = grpo.run();
+  } catch (const std::exception& e) {
+    std::cerr << "grpo: " << e.what() << "\n";
+    return 1;
+  }
+  nlohmann::ordered_json out;
+  out["sft_heldout_acc"] = s.sft_heldout_acc;
+  out["final_heldout_acc"] = s.final_heldout_acc;
+  out["sft_heldout_format"] = s.sft_heldout_format;
+  out["final_heldout_format"] = s.final_heldout_format;
+  out["steps"] = s.steps;
+  out["seconds"] = std::round(s.seconds * 10) / 10;
+  out["sft_seconds"] = std::round(s.sft_seconds * 10) / 10;
+  out["grpo_seconds"] = std::round(s.grpo_seconds * 10) / 10;
+  out["metrics"] = s.metrics_path;
+  out["plot"] = s.plot_path;
+  out["checkpoint"] = s.checkpoint;
+  std::cout << out.dump() << std::endl;
+  return 0;
+}

@@ -1,0 +1,19 @@
+// troupe/rl.hpp: what an RL program needs besides troupe/troupe.hpp. Torch-free.
+//
+//   auto rt = troupe::init(argc, argv);
+//   troupe::rl::Grpo grpo(rt, troupe::rl::GrpoConfig::demo());
+//   troupe::rl::RunSummary s = grpo.run();
+#pragma once
+
+#include "troupe/actors/reference.hpp"
+#include "troupe/actors/reward.hpp"
+#include "troupe/actors/rollout_engine.hpp"
+#include "troupe/actors/tokenizer.hpp"
+#include "troupe/actors/trainer.hpp"
+#include "troupe/rl/advantages.hpp"
+#include "troupe/rl/batches.hpp"
+#include "troupe/rl/checkpoint.hpp"
+#include "troupe/rl/grpo.hpp"
+#include "troupe/rl/metrics.hpp"
+#include "troupe/rl/task.hpp"
+#include "troupe/troupe.hpp"

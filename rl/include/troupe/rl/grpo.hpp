@@ -1,0 +1,149 @@
+// GRPO (Shao et al. 2024, arXiv:2402.03300, Algorithm 1) as an actor graph:
+//
+//   trainer    Trainer        policy pi_theta, AdamW            (colocated with the rollout engine)
+//   rollout    RolloutEngine  samples G responses per prompt     (swaps to each new version)
+//   reference  Reference      frozen pi_ref = the SFT warm start
+//   reward     Reward         rule verifier of the task
+//
+// One step:  generate -> score -> reference logprobs -> group advantages -> update (x mu) ->
+// sync weights -> log. Each is a short function below; the math is in advantages.hpp and
+// objectives.hpp. A run is SFT warm start, held-out evaluation, `steps` GRPO steps with an
+// evaluation every eval_every steps, a final evaluation and a plot.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "troupe/actors/reference.hpp"
+#include "troupe/actors/reward.hpp"
+#include "troupe/actors/rollout_engine.hpp"
+#include "troupe/actors/tokenizer.hpp"
+#include "troupe/actors/trainer.hpp"
+#include "troupe/rl/checkpoint.hpp"
+#include "troupe/rl/metrics.hpp"
+#include "troupe/rl/task.hpp"
+
+namespace troupe::rl {
+
+struct SftConfig {
+  std::int32_t steps = 300;         // 0 skips the warm start
+  std::int32_t batch_size = 64;
+  actors::OptimConfig optim;
+};
+
+struct GrpoConfig {
+  std::string task = "addition:1-3";     // make_task spec
+  std::size_t train_size = 20000;
+  std::size_t heldout_size = 500;
+  actors::PolicyConfig policy;           // vocab_size is set from the task's tokenizer
+  SftConfig sft;
+  std::int32_t steps = 100;
+  std::int32_t prompts_per_step = 32;
+  std::int32_t group_size = 8;           // G
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  actors::OptimConfig optim;             // GRPO's optimizer (fresh after the warm start)
+  double clip_eps = 0.2;
+  double kl_coef = 0.04;                 // beta
+  std::int32_t updates_per_batch = 1;    // mu: optimizer steps on each batch of samples
+  std::int32_t micro_batches = 1;        // gradient accumulation inside each update
+  std::int32_t eval_every = 10;          // 0: only at the start and the end
+  std::int32_t checkpoint_every = 0;     // 0: only at the end
+  std::uint64_t seed = 1;
+  // libtorch intra-op threads per actor. The phases of a step run one after another, so each actor
+  // could use every core; but for the demo's model the ops are tiny and OpenMP's barriers cost more
+  // than they save (measured on 2 cores: 37 ms per SFT step with 1 thread, 470 ms with 2 under
+  // load), so 1 is the default. Raise it for models whose matmuls are large.
+  std::int32_t trainer_threads = 1;
+  std::int32_t rollout_threads = 1;
+  std::int32_t reference_threads = 1;
+  // false: every actor on its own thread of this process (the default; what the demo measures).
+  // true: trainer and rollout engine share one worker process (one bundle of a PACK placement
+  // group, colocated, so the weight hand-over stays a pointer swap); reference and reward get a
+  // worker process each. With --address, workers run on the cluster's nodes (run_dir must then
+  // be a path every node sees).
+  bool worker_processes = false;
+  std::string run_dir = "runs/grpo";     // made absolute: workers may run elsewhere
+  bool resume = false;                   // continue from the newest checkpoint in run_dir
+  std::int32_t stop_after = -1;          // >= 0: checkpoint and stop after this many steps (tests)
+  bool verbose = true;                   // progress on stderr
+
+  // The configuration of `make demo`: addition of 1-2 digit numbers, a few minutes on 2 cores.
+  static GrpoConfig demo();
+};
+
+// The sampling seed of step `step` (0-based) of a run: a pure function of the two, so a resumed run
+// needs no RNG state to draw the same samples.
+std::uint64_t step_seed(std::uint64_t run_seed, std::int64_t step);
+
+// The Trainer's batch for one GRPO update: tokens and masks of the rollout, the loss on the response,
+// inputs old_logp (the sampler's), ref_logp and advantages (one per row).
+actors::TrainBatch grpo_batch(const actors::RolloutBatch& rollout, const TensorView& ref_logp,
+                              const std::vector<float>& advantages, const GrpoConfig& config);
+
+struct EvalResult {
+  double accuracy = 0;     // exact answers with a valid format
+  double format_ok = 0;
+  std::int64_t problems = 0;
+};
+
+struct RunSummary {
+  double sft_heldout_acc = 0, sft_heldout_format = 0;
+  double final_heldout_acc = 0, final_heldout_format = 0;
+  std::int64_t steps = 0;
+  double seconds = 0, sft_seconds = 0, grpo_seconds = 0;
+  std::string run_dir, metrics_path, plot_path, checkpoint;
+  bool stopped_early = false;            // stop_after was reached
+  bool resumed = false;                  // started from a checkpoint
+};
+
+class Grpo {
+ public:
+  // Spawns the four actors on `rt` and prepares the run directory. The runtime must outlive this.
+  Grpo(Runtime& rt, GrpoConfig config);
+  ~Grpo();
+
+  RunSummary run();
+
+  // The pieces of run(), public for tests and benchmarks.
+  void warm_start();                     // SFT, then saves <run_dir>/sft.safetensors (pi_ref)
+  bool resume();                         // false when run_dir has no checkpoint
+  StepRecord step();
+  EvalResult evaluate();                 // greedy decoding of the held-out set
+  std::string save_checkpoint();         // returns its directory
+  const RunState& state() const { return state_; }
+  const GrpoConfig& config() const { return config_; }
+  actors::Weights policy_weights();      // the trainer's current weights
+
+ private:
+  std::vector<Problem> next_prompts();
+  actors::RolloutBatch generate(const std::vector<Problem>& problems);
+  std::vector<actors::RewardResult> score(const std::vector<Problem>& problems, const actors::RolloutBatch& rollout);
+  TensorView reference_logprobs(const actors::RolloutBatch& rollout);
+  std::vector<float> advantages(const std::vector<actors::RewardResult>& rewards);
+  actors::TrainMetrics update(const actors::RolloutBatch& rollout, const TensorView& ref_logp,
+                              const std::vector<float>& advantages);
+  void sync_weights();
+  void start_reference();
+  void spawn_actors();
+  RunSummary begin_run();                // resume, or warm start and evaluate the SFT policy
+  void evaluate_into(StepRecord& rec, RunSummary& sum);
+  void end_run(RunSummary& sum, std::int32_t steps_here);   // final checkpoint and plot
+
+  Runtime& rt_;
+  GrpoConfig config_;
+  std::unique_ptr<Task> task_;
+  std::unique_ptr<actors::Tokenizer> tokenizer_;
+  Dataset data_;
+  RunState state_;
+  ActorRef<actors::Trainer> trainer_;
+  ActorRef<actors::RolloutEngine> rollout_;
+  ActorRef<actors::Reference> reference_;
+  ActorRef<actors::Reward> reward_;
+  std::optional<PlacementGroup> group_;   // worker_processes only; removed with the Grpo
+};
+
+}  // namespace troupe::rl

@@ -1,0 +1,41 @@
+// The math of the GRPO loss as pure functions over tensors (advantages: advantages.hpp) (verl's core_algos, in C++). Forward values come
+// from troupe::kernels; gradients from the kernels' analytic gradient, attached with the identity
+//   y = kernel_value + (x * g).sum() - (x * g).sum().detach()
+// whose value is kernel_value and whose gradient with respect to x is g (no custom autograd node).
+// Include only from torch-using sources.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+#include "troupe/actors/objective.hpp"
+
+namespace troupe::rl {
+
+// k3 estimator of KL(pi || ref) per token (Schulman 2020, http://joschu.net/blog/kl-approx.html):
+//   k3 = exp(ref - logp) - (ref - logp) - 1,  ref - logp clamped to [-20, 20].
+// logp, ref_logp [n, T] f32, mask [n, T] bool -> [n, T] f32, 0 off the mask; differentiable in logp.
+at::Tensor kl_k3(const at::Tensor& logp, const at::Tensor& ref_logp, const at::Tensor& mask);
+
+// PPO's clipped surrogate (Schulman et al. 2017, arXiv:1707.06347) aggregated as in the GRPO paper:
+// per token l_t = max(-A r_t, -A clip(r_t, 1 - eps, 1 + eps)), r_t = exp(logp_t - old_logp_t);
+// loss = (1/n) sum_rows (1/|o|) sum_t l_t. logp [n, T] (differentiable), old_logp [n, T],
+// advantages [n] (one per sequence), mask [n, T] bool.
+struct PolicyLoss {
+  at::Tensor loss;             // scalar, differentiable in logp
+  double clip_fraction = 0;    // share of valid tokens where the clipped term was active
+};
+PolicyLoss clipped_policy_loss(const at::Tensor& logp, const at::Tensor& old_logp, const at::Tensor& advantages,
+                               const at::Tensor& mask, double clip_eps);
+
+// The GRPO objective for the Trainer:
+//   L = clipped_policy_loss + kl_coef * (1/n) sum_rows (1/|o|) sum_t k3_t
+// inputs: "old_logp" [n, T], "ref_logp" [n, T], "advantages" [n]; options: "clip_eps" (0.2),
+// "kl_coef" (0.04). Metrics: pg_loss, kl, clip_fraction.
+actors::ObjectiveOutput grpo_objective(const actors::ObjectiveInput& in);
+
+// Registers grpo_objective as "grpo" (also done at static initialisation; calling it is harmless).
+void register_grpo_objective();
+
+}  // namespace troupe::rl

@@ -1,0 +1,81 @@
+#include "troupe/rl/objectives.hpp"
+
+#include <ATen/ATen.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "troupe/kernels/kl.hpp"
+#include "troupe/kernels/policy_loss.hpp"
+
+namespace troupe::rl {
+namespace {
+
+void check(const kernels::Status& st, const char* what) {
+  if (!st.ok()) throw std::runtime_error(std::string(what) + ": " + st.message());
+}
+
+// A scalar whose value is `value` and whose gradient with respect to x is g.
+at::Tensor with_gradient(const at::Tensor& x, const at::Tensor& value, const at::Tensor& g) {
+  auto surrogate = (x * g).sum();
+  return value + surrogate - surrogate.detach();
+}
+
+at::Tensor bytes_of(const at::Tensor& mask) { return mask.to(at::kByte).contiguous(); }
+
+}  // namespace
+
+at::Tensor kl_k3(const at::Tensor& logp, const at::Tensor& ref_logp, const at::Tensor& mask) {
+  auto lp = logp.detach().contiguous(), ref = ref_logp.to(at::kFloat).contiguous(), m = bytes_of(mask);
+  auto value = at::empty_like(lp);
+  kernels::KlOptions opts;   // k3, log-ratio clamp 20
+  check(kernels::kl_penalty(lp.data_ptr<float>(), ref.data_ptr<float>(), m.data_ptr<std::uint8_t>(), lp.numel(),
+                            value.data_ptr<float>(), opts), "kl_penalty");
+  if (!logp.requires_grad()) return value;
+  // d k3 / d logp = 1 - exp(u), u = ref - logp, inside the clamp; 0 where it clamps or off the mask.
+  auto u = ref - lp;
+  auto grad = (1.0 - u.exp()).mul_(u.abs().le(opts.log_ratio_clamp).logical_and(mask).to(at::kFloat));
+  return value + logp * grad - (logp * grad).detach();   // elementwise value, elementwise gradient
+}
+
+PolicyLoss clipped_policy_loss(const at::Tensor& logp, const at::Tensor& old_logp, const at::Tensor& advantages,
+                               const at::Tensor& mask, double clip_eps) {
+  const std::int64_t rows = logp.size(0), tokens = logp.size(1);
+  auto lp = logp.detach().contiguous(), old = old_logp.to(at::kFloat).contiguous(), m = bytes_of(mask);
+  auto adv = advantages.to(at::kFloat).view({rows, 1}).expand({rows, tokens}).contiguous();
+  auto loss = at::zeros({}, at::kFloat), grad = at::empty_like(lp);
+  float clip_fraction = 0;
+  kernels::PolicyLossOptions opts;
+  opts.clip_low = opts.clip_high = float(clip_eps);
+  opts.aggregation = kernels::LossAggregation::kSeqMeanTokenMean;
+  check(kernels::policy_loss(lp.data_ptr<float>(), old.data_ptr<float>(), adv.data_ptr<float>(),
+                             m.data_ptr<std::uint8_t>(), rows, tokens, loss.data_ptr<float>(), grad.data_ptr<float>(),
+                             &clip_fraction, opts), "policy_loss");
+  return PolicyLoss{with_gradient(logp, loss, grad), clip_fraction};
+}
+
+actors::ObjectiveOutput grpo_objective(const actors::ObjectiveInput& in) {
+  const double clip_eps = actors::option_or(in.options, "clip_eps", 0.2);
+  const double kl_coef = actors::option_or(in.options, "kl_coef", 0.04);
+  auto need = [&](const char* k) -> const at::Tensor& {
+    auto it = in.inputs.find(k);
+    if (it == in.inputs.end()) throw std::invalid_argument(std::string("grpo objective: missing input '") + k + "'");
+    return it->second;
+  };
+  PolicyLoss pg = clipped_policy_loss(in.logp, need("old_logp"), need("advantages"), in.loss_mask, clip_eps);
+  auto kl = actors::seq_mean_token_mean(kl_k3(in.logp, need("ref_logp"), in.loss_mask), in.loss_mask);
+  actors::ObjectiveOutput out;
+  out.loss = kl_coef != 0 ? pg.loss + kl_coef * kl : pg.loss;
+  out.metrics["pg_loss"] = pg.loss.item<double>();
+  out.metrics["kl"] = kl.item<double>();
+  out.metrics["clip_fraction"] = pg.clip_fraction;
+  return out;
+}
+
+void register_grpo_objective() { actors::register_objective("grpo", &grpo_objective); }
+
+namespace {
+const bool kRegistered = (register_grpo_objective(), true);
+}  // namespace
+
+}  // namespace troupe::rl

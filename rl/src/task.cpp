@@ -1,0 +1,73 @@
+#include "troupe/rl/task.hpp"
+
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+#include <unordered_set>
+
+namespace troupe::rl {
+
+AdditionTask::AdditionTask(int min_digits, int max_digits) : min_digits_(min_digits), max_digits_(max_digits) {
+  if (min_digits < 1 || max_digits < min_digits || max_digits > 9)
+    throw std::invalid_argument("AdditionTask: digits must satisfy 1 <= min <= max <= 9");
+}
+
+Problem AdditionTask::sample(std::mt19937_64& rng) const {
+  auto operand = [&] {
+    const int digits = std::uniform_int_distribution<int>(min_digits_, max_digits_)(rng);
+    std::int64_t lo = 1;
+    for (int i = 1; i < digits; ++i) lo *= 10;
+    const std::int64_t hi = lo * 10 - 1;
+    return std::uniform_int_distribution<std::int64_t>(digits == 1 ? 0 : lo, hi)(rng);
+  };
+  const std::int64_t a = operand(), b = operand();
+  return Problem{std::to_string(a) + "+" + std::to_string(b) + "=", std::to_string(a + b)};
+}
+
+std::unique_ptr<Task> make_task(const std::string& spec) {
+  const std::string prefix = "addition:";
+  if (spec.rfind(prefix, 0) == 0) {
+    auto range = spec.substr(prefix.size());
+    auto dash = range.find('-');
+    if (dash != std::string::npos) return std::make_unique<AdditionTask>(std::stoi(range.substr(0, dash)), std::stoi(range.substr(dash + 1)));
+  }
+  throw std::invalid_argument("unknown task '" + spec + "' (expected addition:<min>-<max>)");
+}
+
+Dataset Dataset::make(const Task& task, std::size_t train_size, std::size_t heldout_size, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Dataset d;
+  std::unordered_set<std::string> seen;
+  // Draw held-out first; a bounded number of attempts keeps a tiny task space from looping forever.
+  for (std::size_t tries = 0; d.heldout.size() < heldout_size && tries < 100 * heldout_size; ++tries) {
+    Problem p = task.sample(rng);
+    if (seen.insert(p.prompt).second) d.heldout.push_back(std::move(p));
+  }
+  for (std::size_t tries = 0; d.train.size() < train_size && tries < 100 * train_size; ++tries) {
+    Problem p = task.sample(rng);
+    if (!seen.count(p.prompt)) d.train.push_back(std::move(p));
+  }
+  if (d.train.empty()) throw std::invalid_argument("Dataset: the task has no problem left for training");
+  return d;
+}
+
+std::vector<Problem> DataCursor::next(const std::vector<Problem>& set, std::size_t n) {
+  std::vector<Problem> out;
+  out.reserve(n);
+  std::vector<std::size_t> order;
+  std::int64_t order_epoch = -1;
+  while (out.size() < n) {
+    if (order_epoch != epoch) {
+      order.resize(set.size());
+      std::iota(order.begin(), order.end(), std::size_t(0));
+      std::mt19937_64 rng(seed ^ (0x9e3779b97f4a7c15ull * std::uint64_t(epoch + 1)));
+      std::shuffle(order.begin(), order.end(), rng);
+      order_epoch = epoch;
+    }
+    out.push_back(set[order[std::size_t(index)]]);
+    if (++index == std::int64_t(set.size())) { ++epoch; index = 0; }
+  }
+  return out;
+}
+
+}  // namespace troupe::rl

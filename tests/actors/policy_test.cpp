@@ -1,0 +1,175 @@
+// The policy model, generation, the tensor bridge and AdamW (the one ATen file of actors_tests).
+#include <doctest/doctest.h>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "troupe/actors/generate.hpp"
+#include "troupe/actors/optimizer.hpp"
+#include "troupe/actors/policy.hpp"
+#include "troupe/actors/tensor_bridge.hpp"
+
+using namespace troupe::actors;
+
+namespace {
+
+PolicyConfig config(std::uint64_t seed = 5) {
+  PolicyConfig c;
+  c.vocab_size = 11;
+  c.context = 24;
+  c.layers = 2;
+  c.d_model = 32;
+  c.heads = 4;
+  c.seed = seed;
+  return c;
+}
+
+// Variable-length prompts, so left padding is exercised.
+const std::vector<std::vector<std::int32_t>> kPrompts = {{3, 4, 5, 6, 7}, {2}, {9, 8, 7}, {1, 10}};
+
+}  // namespace
+
+TEST_CASE("KV-cache generation equals no-cache generation token for token") {
+  Policy policy(config());
+  for (float temperature : {0.0f, 1.0f, 0.7f}) {
+    SamplingParams sp{temperature, temperature == 0.7f ? 0.9f : 1.0f, 12, 2, 42};
+    auto cached = generate(policy, kPrompts, 3, sp, true);
+    auto plain = generate(policy, kPrompts, 3, sp, false);
+    CAPTURE(temperature);
+    CHECK(at::equal(cached.tokens, plain.tokens));
+    CHECK(at::equal(cached.response_mask, plain.response_mask));
+    CHECK(cached.responses == plain.responses);
+    CHECK(cached.finished == plain.finished);
+    CHECK(at::allclose(cached.logprobs, plain.logprobs, 1e-5, 1e-5));
+  }
+}
+
+TEST_CASE("left padding does not change a prompt's continuation") {
+  Policy policy(config(9));
+  SamplingParams greedy{0.0f, 1.0f, 8, -1, 0};
+  auto batch = generate(policy, kPrompts, 1, greedy, true);
+  for (std::size_t i = 0; i < kPrompts.size(); ++i) {
+    auto alone = generate(policy, {kPrompts[i]}, 1, greedy, true);
+    CHECK(alone.responses[0] == batch.responses[i]);
+  }
+}
+
+TEST_CASE("generation logprobs equal a full forward pass over the sampled sequences") {
+  Policy policy(config());
+  auto g = generate(policy, kPrompts, 2, SamplingParams{1.0f, 1.0f, 6, -1, 3}, true);
+  at::NoGradGuard no_grad;
+  auto lp = token_logprobs(policy, g.tokens, g.attn_mask, 1.0f);
+  auto m = g.response_mask;
+  CHECK(at::allclose(lp.masked_select(m), g.logprobs.masked_select(m), 1e-5, 1e-5));
+  // The ATen (autograd) path and the fused kernel path agree too.
+  policy.set_requires_grad(true);
+  at::Tensor entropy;
+  {
+    at::AutoGradMode grad(true);
+    auto lp_grad = token_logprobs(policy, g.tokens, g.attn_mask, 1.0f, &entropy);
+    CHECK(lp_grad.requires_grad());
+    CHECK(at::allclose(lp_grad.detach(), lp, 1e-5, 1e-5));
+  }
+  CHECK((entropy.masked_select(m) > 0).all().item<bool>());
+  CHECK((entropy.masked_select(m) <= std::log(11.0) + 1e-5).all().item<bool>());
+}
+
+TEST_CASE("generation stops rows at the stop token and pads them afterwards") {
+  Policy policy(config(1));
+  auto g = generate(policy, kPrompts, 4, SamplingParams{1.5f, 1.0f, 10, 2, 8}, true);
+  auto tok = g.tokens.accessor<std::int64_t, 2>();
+  auto resp = g.response_mask.accessor<bool, 2>();
+  int stopped = 0;
+  for (std::int64_t r = 0; r < g.tokens.size(0); ++r) {
+    bool after_stop = false;
+    for (std::int64_t c = g.prompt_len; c < g.tokens.size(1); ++c) {
+      if (after_stop) { CHECK_FALSE(resp[r][c]); CHECK(tok[r][c] == 0); }
+      if (resp[r][c] && tok[r][c] == 2) after_stop = true;
+    }
+    stopped += g.finished[std::size_t(r)];
+    CHECK(bool(g.finished[std::size_t(r)]) == after_stop);
+  }
+  CHECK(stopped > 0);
+  CHECK(g.generated_tokens == g.response_mask.sum().item<std::int64_t>());
+}
+
+TEST_CASE("top-p sampling only draws from the nucleus") {
+  auto logits = at::log(at::tensor({0.5f, 0.3f, 0.15f, 0.05f})).view({1, 4}).repeat({2000, 1});
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(1);
+  at::Tensor lp;
+  auto tokens = sample_tokens(logits, SamplingParams{1.0f, 0.7f, 1, -1, 0}, gen, &lp);
+  CHECK((tokens <= 1).all().item<bool>());   // 0.5 + 0.3 reaches 0.7: tokens 2 and 3 are cut
+  CHECK((tokens == 1).sum().item<std::int64_t>() > 500);
+  CHECK(at::allclose(lp.masked_select(tokens == 0), at::full({1}, std::log(0.5f)), 1e-5, 1e-5));
+}
+
+TEST_CASE("a bad context, prompt or token id is refused") {
+  Policy policy(config());
+  CHECK_THROWS_AS(generate(policy, {{1, 2, 3}}, 1, SamplingParams{0, 1, 22, -1, 0}), std::invalid_argument);
+  CHECK_THROWS_AS(generate(policy, {{}}, 1, SamplingParams{}), std::invalid_argument);
+  CHECK_THROWS_AS(generate(policy, {{11}}, 1, SamplingParams{}), std::invalid_argument);
+  PolicyConfig odd = config();
+  odd.heads = 5;
+  CHECK_THROWS_AS(Policy{odd}, std::invalid_argument);
+}
+
+TEST_CASE("the tensor bridge shares memory both ways") {
+  auto t = at::arange(6, at::kFloat).view({2, 3});
+  auto v = to_view(t);
+  CHECK(v.data == t.data_ptr());
+  CHECK(v.shape == std::vector<std::int64_t>({2, 3}));
+  auto back = from_view(v);
+  back.mul_(2);
+  CHECK(t[1][2].item<float>() == 10.0f);
+  auto tt = to_view(t.t());   // non-contiguous views keep their strides
+  CHECK(tt.strides == std::vector<std::int64_t>({1, 3}));
+  CHECK(at::equal(from_view(tt), t.t()));
+  auto owned = to_owned_view(t);
+  CHECK(owned.data != t.data_ptr());
+}
+
+TEST_CASE("policy weights round-trip through safetensors and a wrong shape is refused") {
+  Policy a(config(1)), b(config(2));
+  auto file = parse_safetensors(serialize_safetensors(a.views()));
+  b.load(file.tensors);
+  for (std::size_t i = 0; i < a.parameters().size(); ++i)
+    CHECK(at::equal(a.parameters()[i].second, b.parameters()[i].second));
+  PolicyConfig wide = config(1);
+  wide.d_model = 48;
+  Policy c(wide);
+  CHECK_THROWS_AS(c.load(file.tensors), std::invalid_argument);
+  auto missing = file.tensors;
+  missing.pop_back();
+  CHECK_THROWS_AS(b.load(missing), std::invalid_argument);
+}
+
+TEST_CASE("AdamW's first steps match hand-computed values") {
+  // One parameter p = 1 with gradient 0.5 each step; lr 0.1, betas (0.9, 0.99), eps 1e-8, decay 0.1.
+  //   step 1: p *= 1 - 0.1*0.1 -> 0.99; m = 0.05, v = 0.0025; m_hat = 0.5, v_hat = 0.25
+  //           p -= 0.1 * 0.5 / (0.5 + 1e-8) -> 0.89
+  //   step 2: p *= 0.99 -> 0.8811; m = 0.095, v = 0.004975; m_hat = 0.5, v_hat = 0.25 -> p = 0.7811
+  auto p = at::ones({1}).requires_grad_(true);
+  OptimConfig c;
+  c.lr = 0.1;
+  c.weight_decay = 0.1;
+  c.max_grad_norm = 0;
+  AdamW opt({{"p", p}}, c);
+  for (double expected : {0.89, 0.7811}) {
+    p.mutable_grad() = at::full({1}, 0.5f);
+    opt.step();
+    CHECK(p.item<double>() == doctest::Approx(expected).epsilon(1e-6));
+  }
+  CHECK(opt.steps() == 2);
+}
+
+TEST_CASE("gradient clipping scales the global norm down to the limit and reports it") {
+  auto a = at::zeros({2}).requires_grad_(true), b = at::zeros({1}).requires_grad_(true);
+  OptimConfig c;
+  c.max_grad_norm = 1.0;
+  AdamW opt({{"a", a}, {"b", b}}, c);
+  a.mutable_grad() = at::tensor({3.0f, 0.0f});
+  b.mutable_grad() = at::tensor({4.0f});
+  CHECK(opt.clip_gradients() == doctest::Approx(5.0));
+  CHECK(a.grad()[0].item<float>() == doctest::Approx(0.6f).epsilon(1e-5));
+  CHECK(b.grad()[0].item<float>() == doctest::Approx(0.8f).epsilon(1e-5));
+}

@@ -1,0 +1,184 @@
+// The RL roles through the actor runtime (torch-free: only TensorViews and messages).
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "troupe/actors/reference.hpp"
+#include "troupe/actors/reward.hpp"
+#include "troupe/actors/rollout_engine.hpp"
+#include "troupe/actors/tokenizer.hpp"
+#include "troupe/actors/trainer.hpp"
+
+using namespace troupe::actors;
+using troupe::DType;
+using troupe::TensorView;
+
+namespace {
+
+PolicyConfig tiny_policy() {
+  PolicyConfig c;
+  c.vocab_size = 8;
+  c.context = 12;
+  c.layers = 1;
+  c.d_model = 16;
+  c.heads = 2;
+  c.seed = 3;
+  return c;
+}
+
+// Rows "1 2 3 4 5" (all real); loss on the last three tokens.
+TrainBatch copy_batch(int rows) {
+  TrainBatch b;
+  b.objective = "sft";
+  b.tokens = TensorView::empty(DType::I64, {rows, 5});
+  b.attn_mask = TensorView::empty(DType::Bool, {rows, 5});
+  b.loss_mask = TensorView::empty(DType::Bool, {rows, 5});
+  for (int r = 0; r < rows; ++r) {
+    for (int t = 0; t < 5; ++t) {
+      b.tokens.data_as<std::int64_t>()[r * 5 + t] = 1 + (t + r) % 6;
+      b.attn_mask.data_as<bool>()[r * 5 + t] = true;
+      b.loss_mask.data_as<bool>()[r * 5 + t] = t >= 2;
+    }
+  }
+  return b;
+}
+
+bool same_weights(const Weights& a, const Weights& b) {
+  if (a.names != b.names) return false;
+  for (std::size_t i = 0; i < a.tensors.size(); ++i) {
+    if (std::memcmp(a.tensors[i].data, b.tensors[i].data, a.tensors[i].nbytes()) != 0) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("the character tokenizer round-trips text and reserves pad and eos") {
+  CharTokenizer tok("0123456789+=");
+  CHECK(tok.vocab_size() == 14);
+  CHECK(tok.pad_id() == 0);
+  CHECK(tok.eos_id() == 1);
+  auto ids = tok.encode("12+3=");
+  CHECK(ids == std::vector<std::int32_t>({3, 4, 12, 5, 13}));
+  ids.push_back(tok.eos_id());
+  ids.insert(ids.begin(), tok.pad_id());
+  CHECK(tok.decode(ids) == "12+3=");
+  CHECK_THROWS_AS(tok.encode("1-2"), std::invalid_argument);
+  CHECK_THROWS_AS(tok.decode({99}), std::out_of_range);
+  CHECK_THROWS_AS(CharTokenizer("aba"), std::invalid_argument);
+}
+
+TEST_CASE("the integer verifier reports format validity apart from correctness") {
+  Reward reward(RewardConfig{"integer", 0.1f});
+  auto r = reward.score({{"42", "42", true}, {"41", "42", true}, {"42", "42", false}, {"4a", "42", true},
+                         {"", "42", true}, {"042", "42", true}, {"-3", "-3", true}});
+  REQUIRE(r.size() == 7);
+  CHECK((r[0].correct && r[0].format_ok && r[0].reward == 1.0f));
+  CHECK((!r[1].correct && r[1].format_ok && r[1].reward == doctest::Approx(0.1)));
+  CHECK((!r[2].format_ok && r[2].reward == 0.0f));   // no stop token
+  CHECK(!r[3].format_ok);
+  CHECK(!r[4].format_ok);
+  CHECK(r[5].correct);                               // the same integer
+  CHECK(r[6].correct);
+  CHECK_THROWS_AS(Reward(RewardConfig{"no such verifier", 0}), std::invalid_argument);
+}
+
+TEST_CASE("SFT steps through the actor API lower the loss and bump the policy version") {
+  auto rt = troupe::Runtime::create();
+  auto trainer = rt.spawn<Trainer>(troupe::Options{}.name("trainer"), TrainerConfig{tiny_policy(), OptimConfig{}, 1});
+  auto first = trainer.call(&Trainer::train_step, copy_batch(8)).get();
+  TrainMetrics last;
+  for (int i = 0; i < 60; ++i) last = trainer.call(&Trainer::train_step, copy_batch(8)).get();
+  CHECK(first.policy_version == 1);
+  CHECK(last.policy_version == 61);
+  CHECK(last.loss < 0.5 * first.loss);
+  CHECK(first.tokens == 24);
+  CHECK(first.entropy > 0.0);
+}
+
+TEST_CASE("gradient accumulation over micro-batches takes the same step as one batch") {
+  // eps = 1 makes Adam's first update ~ lr * g (continuous in g), so rounding cannot flip a sign.
+  OptimConfig smooth;
+  smooth.eps = 1.0;
+  Trainer a(TrainerConfig{tiny_policy(), smooth, 1}), b(TrainerConfig{tiny_policy(), smooth, 1});
+  auto one = copy_batch(6), four = copy_batch(6);
+  four.micro_batches = 3;
+  auto ma = a.train_step(one);
+  auto mb = b.train_step(four);
+  CHECK(ma.loss == doctest::Approx(mb.loss).epsilon(1e-5));
+  CHECK(ma.grad_norm == doctest::Approx(mb.grad_norm).epsilon(1e-4));
+  auto wa = a.weights(), wb = b.weights();
+  for (std::size_t i = 0; i < wa.tensors.size(); ++i) {
+    for (std::int64_t j = 0; j < wa.tensors[i].numel(); ++j)
+      CHECK(std::abs(wa.tensors[i].data_as<float>()[j] - wb.tensors[i].data_as<float>()[j]) < 1e-7);
+  }
+}
+
+TEST_CASE("every rollout row carries the policy version it was sampled with (RL-1)") {
+  auto rt = troupe::Runtime::create();
+  auto trainer = rt.spawn<Trainer>(troupe::Options{}, TrainerConfig{tiny_policy(), OptimConfig{}, 1});
+  auto rollout = rt.spawn<RolloutEngine>(troupe::Options{}, RolloutConfig{tiny_policy(), 1, true});
+  GenerateRequest req{{{1, 2}, {3}}, 3, SamplingParams{1.0f, 1.0f, 4, 7, 11}};
+  auto before = rollout.call(&RolloutEngine::generate, req).get();
+  CHECK(before.policy_version == std::vector<std::int64_t>(6, 0));
+  trainer.call(&Trainer::train_step, copy_batch(4)).get();
+  trainer.call(&Trainer::train_step, copy_batch(4)).get();
+  auto w = trainer.call(&Trainer::weights).get();
+  CHECK(rollout.call(&RolloutEngine::update_weights, w).get() == 2);
+  auto after = rollout.call(&RolloutEngine::generate, req).get();
+  CHECK(after.policy_version == std::vector<std::int64_t>(6, 2));
+  CHECK(after.tokens.shape[0] == 6);
+  CHECK(after.prompt_len == 2);
+}
+
+TEST_CASE("the reference scores a batch with the logprobs its sampler reported") {
+  auto rt = troupe::Runtime::create();
+  auto rollout = rt.spawn<RolloutEngine>(troupe::Options{}, RolloutConfig{tiny_policy(), 1, true});
+  auto reference = rt.spawn<Reference>(troupe::Options{}, ReferenceConfig{tiny_policy(), "", 1});
+  GenerateRequest req{{{1, 2, 3}, {4, 5}}, 4, SamplingParams{1.0f, 1.0f, 5, -1, 5}};
+  auto batch = rollout.call(&RolloutEngine::generate, req).get();
+  auto ref = reference.call(&Reference::logprobs, LogprobRequest{batch.tokens, batch.attn_mask, 1.0f}).get();
+  REQUIRE(ref.shape == batch.logprobs.shape);
+  const auto* mask = batch.response_mask.data_as<bool>();
+  int checked = 0;
+  for (std::int64_t i = 0; i < ref.numel(); ++i) {
+    if (!mask[i]) continue;
+    CHECK(ref.data_as<float>()[i] == doctest::Approx(batch.logprobs.data_as<float>()[i]).epsilon(1e-4));
+    ++checked;
+  }
+  CHECK(checked == 8 * 5);
+}
+
+TEST_CASE("a trainer checkpoint restores weights, optimizer and version bit for bit") {
+  const auto dir = (std::filesystem::temp_directory_path() / ("troupe_trainer_ckpt-" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(dir);
+  Trainer a(TrainerConfig{tiny_policy(), OptimConfig{}, 1});
+  for (int i = 0; i < 3; ++i) a.train_step(copy_batch(4));
+  a.save_checkpoint(dir);
+  Trainer b(TrainerConfig{tiny_policy(), OptimConfig{}, 1});
+  CHECK(b.load_checkpoint(dir) == 3);
+  CHECK(same_weights(a.weights(), b.weights()));
+  auto ma = a.train_step(copy_batch(4));
+  auto mb = b.train_step(copy_batch(4));
+  CHECK(ma.loss == mb.loss);
+  CHECK(ma.policy_version == mb.policy_version);
+  CHECK(same_weights(a.weights(), b.weights()));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("an unknown objective or a bad weights file fails the call, not the process") {
+  auto rt = troupe::Runtime::create();
+  auto trainer = rt.spawn<Trainer>(troupe::Options{}, TrainerConfig{tiny_policy(), OptimConfig{}, 1});
+  auto batch = copy_batch(2);
+  batch.objective = "nope";
+  auto r = trainer.call(&Trainer::train_step, batch).result();
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message.find("nope") != std::string::npos);
+  auto reference = rt.spawn<Reference>(troupe::Options{}, ReferenceConfig{tiny_policy(), "", 1});
+  auto bad = reference.call(&Reference::load_weights, std::string("/nonexistent.safetensors")).result();
+  CHECK_FALSE(bad.ok());
+}

@@ -1,0 +1,117 @@
+// GRPO's math against hand-computed values, and the kernel-routed gradients against autograd
+// through the plain formulas.
+#include <doctest/doctest.h>
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+#include "troupe/rl/advantages.hpp"
+#include "troupe/rl/objectives.hpp"
+
+using namespace troupe::rl;
+
+namespace {
+
+at::Tensor t2(std::vector<float> v, std::int64_t rows) { return at::tensor(v).view({rows, -1}); }
+at::Tensor mask2(std::vector<int> v, std::int64_t rows) { return at::tensor(v).view({rows, -1}).to(at::kBool); }
+
+// The plain formulas, differentiated by autograd (the reference for the kernel path).
+at::Tensor plain_seq_mean(const at::Tensor& x, const at::Tensor& m) {
+  auto mf = m.to(at::kFloat);
+  return ((x * mf).sum(1) / mf.sum(1)).mean();
+}
+at::Tensor plain_k3(const at::Tensor& logp, const at::Tensor& ref) { auto u = ref - logp; return u.exp() - u - 1; }
+at::Tensor plain_pg(const at::Tensor& logp, const at::Tensor& old, const at::Tensor& adv, double eps) {
+  auto ratio = (logp - old).exp();
+  auto a = adv.view({-1, 1});
+  return at::max(-a * ratio, -a * ratio.clamp(1 - eps, 1 + eps));
+}
+
+}  // namespace
+
+TEST_CASE("group advantages match hand-computed values") {
+  // Group 1: rewards 1, 0, 0, 1 -> mean 0.5, unbiased std sqrt(4 * 0.25 / 3) = 0.57735 -> +-0.866025.
+  // Group 2: all equal -> 0. Group 3: 1, 0, 0, 0 -> mean .25, std 0.5 -> 1.5, -0.5, -0.5, -0.5.
+  auto a = group_advantages({1, 0, 0, 1, 1, 1, 1, 1, 1, 0, 0, 0}, 4);
+  const float expected[12] = {0.866025f, -0.866025f, -0.866025f, 0.866025f, 0, 0, 0, 0, 1.5f, -0.5f, -0.5f, -0.5f};
+  for (int i = 0; i < 12; ++i) CHECK(a[i] == doctest::Approx(expected[i]).epsilon(1e-5));
+  CHECK_THROWS_AS(group_advantages({1, 0, 1}, 2), std::invalid_argument);
+}
+
+TEST_CASE("k3 KL matches hand-computed values and its gradient") {
+  // u = ref - logp: u = -1 -> e^-1 + 1 - 1 = 0.367879; u = 1 -> e - 2 = 0.718282; u = 0 -> 0.
+  // d k3 / d logp = 1 - e^u: 0.632121, -1.718282, 0; the masked token has value and gradient 0.
+  auto logp = t2({-1, -2, -0.5f, -3}, 1).requires_grad_(true);
+  auto ref = t2({-2, -1, -0.5f, -1}, 1);
+  auto mask = mask2({1, 1, 1, 0}, 1);
+  auto kl = kl_k3(logp, ref, mask);
+  CHECK(kl[0][0].item<float>() == doctest::Approx(0.367879).epsilon(1e-5));
+  CHECK(kl[0][1].item<float>() == doctest::Approx(0.718282).epsilon(1e-5));
+  CHECK(kl[0][2].item<float>() == doctest::Approx(0.0));
+  CHECK(kl[0][3].item<float>() == 0.0f);
+  kl.sum().backward();
+  auto g = logp.grad();
+  CHECK(g[0][0].item<float>() == doctest::Approx(0.632121).epsilon(1e-5));
+  CHECK(g[0][1].item<float>() == doctest::Approx(-1.718282).epsilon(1e-5));
+  CHECK(g[0][2].item<float>() == doctest::Approx(0.0));
+  CHECK(g[0][3].item<float>() == 0.0f);
+}
+
+TEST_CASE("the clipped policy loss matches hand-computed values and gradients") {
+  // Row 0, A = +1, tokens: ratio 1.5 (clipped to 1.2: l = -1.2, no gradient), ratio 0.9 (l = -0.9,
+  //   unclipped: d l / d logp = -A r = -0.9).
+  // Row 1, A = -1, one valid token: ratio 1.5 (l = max(1.5, 1.2) = 1.5, unclipped: gradient +1.5).
+  // seq-mean-token-mean: row 0 = (-1.2 - 0.9) / 2 = -1.05, row 1 = 1.5 -> loss 0.225.
+  // Weights: row 0 tokens 1/2 * 1/2 = 0.25, row 1 token 1/2 -> gradients -0.225, 0.75. Clipped share 1/3.
+  auto old = t2({0, 0, 0, 0}, 2);
+  auto logp = t2({std::log(1.5f), std::log(0.9f), std::log(1.5f), 0}, 2).requires_grad_(true);
+  auto adv = at::tensor({1.0f, -1.0f});
+  auto mask = mask2({1, 1, 1, 0}, 2);
+  auto pl = clipped_policy_loss(logp, old, adv, mask, 0.2);
+  CHECK(pl.loss.item<float>() == doctest::Approx(0.225).epsilon(1e-5));
+  CHECK(pl.clip_fraction == doctest::Approx(1.0 / 3.0));
+  pl.loss.backward();
+  auto g = logp.grad();
+  CHECK(g[0][0].item<float>() == doctest::Approx(0.0));
+  CHECK(g[0][1].item<float>() == doctest::Approx(-0.225).epsilon(1e-5));
+  CHECK(g[1][0].item<float>() == doctest::Approx(0.75).epsilon(1e-5));
+  CHECK(g[1][1].item<float>() == 0.0f);
+}
+
+TEST_CASE("the GRPO objective equals pg + beta * kl, with gradients equal to autograd of the plain formulas") {
+  at::manual_seed(3);
+  const std::int64_t n = 6, t = 7;
+  auto base = at::randn({n, t}) * 0.3 - 1.0;
+  auto old = base + at::randn({n, t}) * 0.1;
+  auto ref = base + at::randn({n, t}) * 0.2;
+  auto adv = at::randn({n});
+  auto mask = at::rand({n, t}) > 0.3;
+  mask.select(1, 0).fill_(true);   // every row has a token
+  troupe::actors::ObjectiveInput in;
+  in.logp = base.clone().requires_grad_(true);
+  in.loss_mask = mask;
+  in.inputs = {{"old_logp", old}, {"ref_logp", ref}, {"advantages", adv}};
+  in.options = {{"clip_eps", 0.2}, {"kl_coef", 0.1}};
+  auto out = grpo_objective(in);
+  out.loss.backward();
+
+  auto logp = base.clone().requires_grad_(true);
+  auto expected = plain_seq_mean(plain_pg(logp, old, adv, 0.2), mask) + 0.1 * plain_seq_mean(plain_k3(logp, ref), mask);
+  expected.backward();
+  CHECK(out.loss.item<double>() == doctest::Approx(expected.item<double>()).epsilon(1e-5));
+  CHECK(out.metrics.at("kl") == doctest::Approx(plain_seq_mean(plain_k3(base, ref), mask).item<double>()).epsilon(1e-5));
+  CHECK(at::allclose(in.logp.grad(), logp.grad(), 1e-5, 1e-6));
+}
+
+TEST_CASE("at ratio 1 the GRPO gradient is the advantage-weighted log-likelihood gradient") {
+  // On-policy first update: old = logp, so d loss / d logp_t = -A_s / (n * |o_s|).
+  auto logp = t2({-1, -2, -3, -1}, 2).requires_grad_(true);
+  auto adv = at::tensor({2.0f, -1.0f});
+  auto mask = mask2({1, 1, 1, 0}, 2);
+  auto pl = clipped_policy_loss(logp, logp.detach(), adv, mask, 0.2);
+  pl.loss.backward();
+  CHECK(logp.grad()[0][0].item<float>() == doctest::Approx(-2.0 / (2 * 2)));
+  CHECK(logp.grad()[1][0].item<float>() == doctest::Approx(1.0 / (2 * 1)));
+  CHECK(pl.loss.item<float>() == doctest::Approx(-(2.0 - 1.0) / 2));
+}

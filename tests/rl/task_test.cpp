@@ -1,0 +1,118 @@
+// Tasks, data sets, the data cursor (RL-2), batch building, metrics and run state.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <set>
+
+#include "troupe/rl.hpp"
+
+using namespace troupe::rl;
+
+TEST_CASE("addition problems carry their exact sums and respect the digit range") {
+  AdditionTask task(1, 2);
+  std::mt19937_64 rng(4);
+  for (int i = 0; i < 500; ++i) {
+    Problem p = task.sample(rng);
+    auto plus = p.prompt.find('+');
+    REQUIRE(plus != std::string::npos);
+    REQUIRE(p.prompt.back() == '=');
+    const long a = std::stol(p.prompt.substr(0, plus)), b = std::stol(p.prompt.substr(plus + 1));
+    CHECK(std::to_string(a + b) == p.answer);
+    CHECK((a >= 0 && a <= 99 && b >= 0 && b <= 99));
+  }
+  CHECK_THROWS_AS(AdditionTask(0, 2), std::invalid_argument);
+  CHECK_THROWS_AS(make_task("subtraction:1-2"), std::invalid_argument);
+  CHECK(make_task("addition:2-3")->max_answer_chars() == 4);
+}
+
+TEST_CASE("train and held-out sets are disjoint and reproducible from the seed") {
+  AdditionTask task(1, 2);
+  auto a = Dataset::make(task, 2000, 300, 9), b = Dataset::make(task, 2000, 300, 9);
+  std::set<std::string> held;
+  for (auto& p : a.heldout) held.insert(p.prompt);
+  CHECK(held.size() == 300);
+  for (auto& p : a.train) CHECK(held.count(p.prompt) == 0);
+  REQUIRE(a.train.size() == b.train.size());
+  for (std::size_t i = 0; i < a.train.size(); ++i) CHECK(a.train[i].prompt == b.train[i].prompt);
+}
+
+TEST_CASE("the data cursor visits each problem once per epoch and a restored cursor continues exactly (RL-2)") {
+  std::vector<Problem> set;
+  for (int i = 0; i < 10; ++i) set.push_back({std::to_string(i), ""});
+  DataCursor c{77, 0, 0};
+  std::multiset<std::string> epoch0;
+  for (auto& p : c.next(set, 4)) epoch0.insert(p.prompt);
+  for (auto& p : c.next(set, 4)) epoch0.insert(p.prompt);
+  DataCursor saved = c;   // mid-epoch: 8 of 10 served
+  auto rest = c.next(set, 4);  // 2 from epoch 0, 2 from epoch 1
+  for (int i = 0; i < 2; ++i) epoch0.insert(rest[i].prompt);
+  CHECK(std::set<std::string>(epoch0.begin(), epoch0.end()).size() == 10);
+  CHECK(epoch0.size() == 10);
+  CHECK(c.epoch == 1);
+  CHECK(c.index == 2);
+  auto again = saved.next(set, 4);
+  for (int i = 0; i < 4; ++i) CHECK(again[i].prompt == rest[i].prompt);
+}
+
+TEST_CASE("an SFT batch is the left-padded prompt, then the answer and eos, with the loss on the answer") {
+  troupe::actors::CharTokenizer tok("0123456789+=");
+  auto b = sft_batch({{"1+2=", "3"}, {"10+20=", "30"}}, tok);
+  REQUIRE(b.tokens.shape == std::vector<std::int64_t>({2, 9}));
+  const auto* t = b.tokens.data_as<std::int64_t>();
+  const auto* attn = b.attn_mask.data_as<bool>();
+  const auto* loss = b.loss_mask.data_as<bool>();
+  // Row 0: 2 pads, "1+2=", "3", eos, 1 pad.
+  CHECK_FALSE(attn[0]);
+  CHECK_FALSE(attn[1]);
+  CHECK(t[2] == tok.encode("1")[0]);
+  CHECK(t[6] == tok.encode("3")[0]);
+  CHECK(t[7] == tok.eos_id());
+  CHECK((loss[6] && loss[7] && !loss[5] && !loss[8] && !attn[8]));
+  // Row 1: no pad; loss on "30" + eos.
+  CHECK((attn[9] && loss[9 + 6] && loss[9 + 7] && loss[9 + 8] && !loss[9 + 5]));
+}
+
+TEST_CASE("metrics lines round-trip and a resumed log drops the steps after its checkpoint") {
+  const auto dir = std::filesystem::temp_directory_path() / ("troupe_metrics_test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto path = (dir / "m.jsonl").string();
+  {
+    MetricsLog log(path);
+    for (int s = 1; s <= 5; ++s) {
+      StepRecord r;
+      r.step = s;
+      r.reward_mean = 0.1 * s;
+      if (s == 4) r.heldout_acc = 0.5;
+      log.write(r);
+    }
+  }
+  MetricsLog resumed(path, 4);
+  auto records = read_metrics(path);
+  REQUIRE(records.size() == 4);
+  CHECK(records[3].heldout_acc.value_or(-1) == doctest::Approx(0.5));
+  CHECK(records[2].reward_mean == doctest::Approx(0.3));
+  CHECK_FALSE(records[2].heldout_acc.has_value());
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("run state survives a round trip through state.json") {
+  const auto dir = (std::filesystem::temp_directory_path() / ("troupe_state_test-" + std::to_string(::getpid()))).string();
+  std::filesystem::create_directories(dir);
+  RunState s;
+  s.step = 12;
+  s.policy_version = 312;
+  s.seed = 0xfeedfacecafebeefull;
+  s.cursor = DataCursor{5, 2, 17};
+  s.sft_heldout_acc = 0.25;
+  save_run_state(dir, s);
+  RunState r = load_run_state(dir);
+  CHECK(r.step == 12);
+  CHECK(r.policy_version == 312);
+  CHECK(r.seed == s.seed);
+  CHECK((r.cursor.seed == 5 && r.cursor.epoch == 2 && r.cursor.index == 17));
+  CHECK(r.sft_heldout_acc == 0.25);
+  std::filesystem::remove_all(dir);
+  CHECK_THROWS(load_run_state(dir));
+}
