@@ -1,0 +1,44 @@
+// The GRPO example in worker processes (trainer and rollout engine colocated in one worker, reference
+// and reward in their own) takes exactly the steps it takes in-process.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cluster_harness.hpp"
+
+namespace {
+
+std::vector<nlohmann::json> run_grpo(const std::string& dir, bool workers) {
+  std::vector<std::string> argv{TROUPE_GRPO, "--steps", "3", "--sft-steps", "20", "--heldout-size", "50",
+                                "--train-size", "200", "--prompts", "8", "--eval-every", "3", "--run-dir", dir};
+  if (workers) argv.push_back("--worker-processes");
+  argv.insert(argv.begin(), {"/usr/bin/env", "TROUPE_TMPDIR=" + dir + "-sessions"});
+  auto res = itest::run(argv, std::chrono::seconds(120));
+  REQUIRE_MESSAGE(res.status == 0, res.output);
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(std::filesystem::path(dir) / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+}  // namespace
+
+TEST_CASE("GRPO in worker processes takes the same steps as in-process") {
+  char tmpl[] = "/tmp/troupe-grpo-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  std::string root = tmpl;
+  auto local = run_grpo(root + "/local", false);
+  auto remote = run_grpo(root + "/workers", true);
+  REQUIRE(local.size() == 3);
+  REQUIRE(remote.size() == local.size());
+  for (std::size_t i = 0; i < local.size(); ++i) {
+    CHECK(remote[i]["reward_mean"] == local[i]["reward_mean"]);
+    CHECK(remote[i]["loss"] == local[i]["loss"]);
+    CHECK(remote[i]["policy_version"] == local[i]["policy_version"]);
+  }
+  std::filesystem::remove_all(root);
+}
