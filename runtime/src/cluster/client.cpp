@@ -127,7 +127,7 @@ void ClusterClient::stop(bool keep_actors) {
     { std::lock_guard lk(mu_); owned.swap(owned_); }
     for (auto id : owned) {
       try {
-        call_head("POST", "/api/v1/actors/" + std::to_string(id) + "/kill", json::object());
+        call_head("POST", "/api/v1/actors/" + std::to_string(id) + "/kill", json{{"reason", "its driver exited"}});
       } catch (const CallError&) {   // the head is gone: its nodes stop the workers themselves
       }
     }

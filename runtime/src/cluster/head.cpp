@@ -105,7 +105,10 @@ HttpResponse Head::route_actor(const HttpRequest& req, const std::string& rest) 
   auto [id, verb] = split_id(rest);
   if (id == 0) return error_reply(404, "bad actor id");
   if (verb.empty() && req.method == "GET") return get_actor(id);
-  if (verb == "kill" && req.method == "POST") return kill_actor(id);
+  if (verb == "kill" && req.method == "POST") {
+    auto body = nlohmann::json::parse(req.body.empty() ? "{}" : req.body);
+    return kill_actor(id, body.is_object() ? body.value("reason", "was killed") : "was killed");
+  }
   return error_reply(404, "no such actor endpoint");
 }
 

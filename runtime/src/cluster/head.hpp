@@ -80,7 +80,7 @@ class Head {
   HttpResponse worker_events(std::uint64_t id, const nlohmann::json& body);
   // Actor and directory handlers.
   HttpResponse create_actor(const nlohmann::json& body);
-  HttpResponse kill_actor(std::uint64_t id);
+  HttpResponse kill_actor(std::uint64_t id, const std::string& reason);
   HttpResponse get_actor(std::uint64_t id);
   HttpResponse directory(const HttpRequest& req);
   HttpResponse status();

@@ -126,13 +126,13 @@ HttpResponse Head::create_actor(const json& body) {
   return reply(200, json{{"actor_id", it->first}, {"state", it->second.state}});
 }
 
-HttpResponse Head::kill_actor(std::uint64_t id) {
+HttpResponse Head::kill_actor(std::uint64_t id, const std::string& reason) {
   std::lock_guard lk(mu_);
   auto it = actors_.find(id);
   if (it == actors_.end()) return error_reply(404, "unknown actor " + std::to_string(id));
   ActorRow& a = it->second;
   if (a.state != "dead") {
-    bury(a, "was killed");
+    bury(a, reason);
     after_release();
     changed();
   }
