@@ -3,6 +3,7 @@
 // a thread's group is contiguous, so a warp still reads whole cache lines.
 #include "common.cuh"
 #include "detail/check.hpp"
+#include "detail/formulas.hpp"
 #include "troupe/kernels/cuda.hpp"
 
 namespace troupe::kernels::cuda {
@@ -15,16 +16,9 @@ __global__ void advantage_kernel(const float* scores, std::int64_t groups, std::
                                  float epsilon, bool scale_by_std) {
   for (std::int64_t g = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; g < groups;
        g += std::int64_t(gridDim.x) * blockDim.x) {
-    const float* s = scores + g * g_size;
-    double mean = 0.0;
-    for (std::int64_t i = 0; i < g_size; ++i) mean += s[i];
-    mean /= double(g_size);
-    double ss = 0.0;
-    for (std::int64_t i = 0; i < g_size; ++i) ss += (s[i] - mean) * (s[i] - mean);
-    const double std_dev = g_size > 1 ? sqrt(ss / denom) : 0.0;
-    const double inv = scale_by_std ? 1.0 / (std_dev + epsilon) : 1.0;
-    float* a = adv + g * g_size;
-    for (std::int64_t i = 0; i < g_size; ++i) a[i] = g_size > 1 ? float((s[i] - mean) * inv) : 0.0f;
+    double mean, std_dev;
+    ::troupe::kernels::detail::group_advantage(scores + g * g_size, g_size, denom, epsilon, scale_by_std,
+                                               adv + g * g_size, &mean, &std_dev);
     if (group_mean) group_mean[g] = float(mean);
     if (group_std) group_std[g] = float(std_dev);
   }

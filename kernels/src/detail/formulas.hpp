@@ -20,6 +20,23 @@ inline constexpr float kLogRatioClampPpo = 20.0f;  // PPO: |logp - old_logp| cla
 
 TROUPE_HD float clampf(float x, float lo, float hi) { return x < lo ? lo : (x > hi ? hi : x); }
 
+// One group of group_advantages: writes the G advantages of `s` into `a` and returns the group's
+// mean and std through `mean_out`, `std_out`. `denom` is G-1 (unbiased) or G. A group of one has no
+// peer: its advantage is 0 even when epsilon is 0.
+TROUPE_HD void group_advantage(const float* s, std::int64_t g_size, double denom, float epsilon, bool scale_by_std,
+                               float* a, double* mean_out, double* std_out) {
+  double mean = 0.0;
+  for (std::int64_t i = 0; i < g_size; ++i) mean += s[i];
+  mean /= double(g_size);
+  double ss = 0.0;
+  for (std::int64_t i = 0; i < g_size; ++i) ss += (s[i] - mean) * (s[i] - mean);
+  const double std_dev = g_size > 1 ? sqrt(ss / denom) : 0.0;
+  const double inv = scale_by_std ? 1.0 / (std_dev + epsilon) : 1.0;
+  for (std::int64_t i = 0; i < g_size; ++i) a[i] = g_size > 1 ? float((s[i] - mean) * inv) : 0.0f;
+  *mean_out = mean;
+  *std_out = std_dev;
+}
+
 // `exp_fn` is the exponential each side uses: detail::fast_exp on CPU (vectorisable), expf on GPU.
 
 // One token of kl_penalty (unmasked).
