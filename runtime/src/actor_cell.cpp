@@ -98,7 +98,10 @@ void ActorCell::submit_remote(const char* method, Payload args, std::shared_ptr<
       seq = call->call_link.seq;
       remote_->states[seq] = call;
       b = remote_->binding;
-      remote_->calls[seq] = RemoteCall{method, b ? args : std::move(args), 0, false, {}};
+      // The record keeps the arguments only while they may still be sent: queued (not bound yet)
+      // or retryable. A bound call without retries is sent from `args` right below.
+      Payload kept = !b ? std::move(args) : remote_->settings.max_retries > 0 ? args : Payload{};
+      remote_->calls[seq] = RemoteCall{method, std::move(kept), 0, false, {}};
     }
   }
   if (seq == 0) {
@@ -144,7 +147,7 @@ void ActorCell::send_remote(std::uint64_t seq, const RemoteBinding& b, const std
   wc.method = method;
   wc.args = std::move(wp.bytes);
   wc.tensors = std::move(wp.tensors);
-  caf::anon_send(b.host ? b.host : b.gateway, std::move(wc));
+  caf::anon_send(b.host, std::move(wc));
 }
 
 void ActorCell::bind(RemoteBinding b) {

@@ -43,7 +43,8 @@ namespace troupe::detail {
 struct RemoteBinding {
   caf::actor gateway;          // the worker process's gateway (a middleman proxy): watched for its death
   std::string address;         // "host:port" of that gateway
-  caf::actor host;             // the actor's host in that process: calls go straight to it
+  caf::actor host;             // the actor's host in that process: calls go straight to it (SEC-1
+                               // and FT-2 are checked there)
   std::uint64_t incarnation = 0;
 };
 

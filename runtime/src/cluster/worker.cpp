@@ -27,36 +27,12 @@ struct GatewayState {
   std::map<std::uint64_t, std::pair<caf::actor, std::uint64_t>> actors;   // id -> host, incarnation
 };
 
-void refuse(const WireCall& wc, ErrorCode code, std::string why) {
-  if (!wc.reply_to) return;
-  WireReply r;
-  r.actor_id = wc.actor_id;
-  r.incarnation = wc.incarnation;
-  r.seq = wc.seq;
-  r.code = static_cast<std::int32_t>(code);
-  r.error = std::move(why);
-  caf::anon_send(wc.reply_to, std::move(r));
-}
-
-// The worker's front door: checks the token (SEC-1) and the incarnation (FT-2), then hands the
-// call to the actor's host.
+// The worker's front door: hands callers the host of an actor (token and incarnation checked),
+// takes the release notices of result tensors, and keeps the table of hosted actors. Calls
+// themselves go to the hosts, which check token and incarnation again.
 caf::behavior gateway(caf::stateful_actor<GatewayState>* self, std::string token) {
   self->state.token = std::move(token);
   return {
-      [self](WireCall& wc) {
-        if (!cluster::token_matches(wc.token, self->state.token)) {
-          spdlog::warn("gateway: refused a call to actor {}: missing or wrong cluster token", wc.actor_id);
-          refuse(wc, ErrorCode::Unavailable, "refused: missing or wrong cluster token");
-          return;
-        }
-        auto it = self->state.actors.find(wc.actor_id);
-        if (it == self->state.actors.end() || it->second.second != wc.incarnation) {
-          refuse(wc, ErrorCode::ActorDied, "actor " + std::to_string(wc.actor_id) + " (incarnation " +
-                                               std::to_string(wc.incarnation) + ") is not hosted here");
-          return;
-        }
-        caf::anon_send(it->second.first, std::move(wc));
-      },
       [](const WireRelease& r) { release_regions(r.regions); },
       // A caller asks for the host of an actor, to send its calls there directly.
       [self](host_atom, const std::string& token, std::uint64_t id, std::uint64_t incarnation) -> caf::actor {
