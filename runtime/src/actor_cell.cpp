@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "cluster/call_channel.hpp"
 #include "troupe/actor_ref.hpp"
 
 namespace troupe::detail {
@@ -147,7 +148,8 @@ void ActorCell::send_remote(std::uint64_t seq, const RemoteBinding& b, const std
   wc.method = method;
   wc.args = std::move(wp.bytes);
   wc.tensors = std::move(wp.tensors);
-  caf::anon_send(b.host, std::move(wc));
+  if (b.channel && b.channel->send(wc)) return;
+  caf::anon_send(b.host, std::move(wc));   // no channel (or it broke): through the middleman
 }
 
 void ActorCell::bind(RemoteBinding b) {

@@ -37,6 +37,10 @@ struct CallMsg {
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::detail::CallMsg)
 
+namespace troupe::cluster {
+class CallChannel;
+}
+
 namespace troupe::detail {
 
 // Where a remote actor runs now.
@@ -46,6 +50,7 @@ struct RemoteBinding {
   caf::actor host;             // the actor's host in that process: calls go straight to it (SEC-1
                                // and FT-2 are checked there)
   std::uint64_t incarnation = 0;
+  std::shared_ptr<cluster::CallChannel> channel;   // the fast path to that process; null: the host
 };
 
 // What a remote cell needs to build and retry calls.

@@ -2,6 +2,7 @@
 
 #include <caf/all.hpp>
 
+#include "cluster/call_channel.hpp"
 #include "cluster/http.hpp"
 
 namespace troupe::detail {
@@ -50,7 +51,9 @@ void run_local(Host* self, ActorCell& cell, const CallMsg& m) {
   if (r.ok()) cell.complete(*m.call, r.value()); else cell.fail_call(*m.call, r.error());
 }
 
-void run_remote(Host* self, ActorCell& cell, WireCall& wc) {
+// A call from another process; the reply goes back on its channel (`sink`) or, when it came
+// through the middleman, to the caller's router.
+void run_remote(Host* self, ActorCell& cell, WireCall& wc, ReplySink* sink) {
   WireReply reply;
   reply.actor_id = wc.actor_id;
   reply.incarnation = wc.incarnation;
@@ -83,7 +86,8 @@ void run_remote(Host* self, ActorCell& cell, WireCall& wc) {
       fail(Error{ErrorCode::Internal, std::string("could not send the result: ") + e.what()});
     }
   }
-  if (wc.reply_to) caf::anon_send(wc.reply_to, std::move(reply));
+  if (sink != nullptr) sink->reply(reply);
+  else if (wc.reply_to) caf::anon_send(wc.reply_to, std::move(reply));
 }
 
 caf::behavior host(Host* self, std::shared_ptr<ActorCell> cell, const ActorTypeInfo* type, Factory factory,
@@ -102,7 +106,8 @@ caf::behavior host(Host* self, std::shared_ptr<ActorCell> cell, const ActorTypeI
   cell->set_ready();
   return {
       [self, cell](const CallMsg& m) { run_local(self, *cell, m); },
-      [self, cell](WireCall& wc) { run_remote(self, *cell, wc); },
+      [self, cell](WireCall& wc) { run_remote(self, *cell, wc, nullptr); },
+      [self, cell](ChannelCall& cc) { run_remote(self, *cell, cc.call, cc.sink.get()); },
   };
 }
 

@@ -1,6 +1,6 @@
 // The CAF actor that owns one user object and runs its calls, one at a time, in order: local
-// calls (CallMsg, tensors as views) and, in worker processes, remote ones (WireCall, routed by
-// the gateway, answered to the caller's router).
+// calls (CallMsg, tensors as views) and, in worker processes, remote ones: ChannelCall from a
+// call channel (answered on it) or WireCall through the middleman (answered to the caller's router).
 #pragma once
 
 #include <chrono>

@@ -55,6 +55,27 @@ TEST_CASE("actors on two daemons answer the driver and each other, and move 256 
   CHECK(fnv1a(t.data, t.nbytes()) == b.call(&Store::checksum_of_last).get());
 }
 
+TEST_CASE("with the call channel off, calls go through the middleman and behave the same") {
+  itest::Cluster cluster;
+  cluster.add_node("CPU=2");
+  troupe::RuntimeConfig cfg;
+  cfg.address = cluster.address();
+  cfg.token = cluster.token();
+  cfg.remote_call_timeout = 60s;
+  cfg.call_channel = false;
+  auto rt = troupe::Runtime::create(cfg);
+  auto a = rt.spawn<Store>(troupe::Options{}.name("a").process(true), 10);
+  auto b = rt.spawn<Store>(troupe::Options{}.name("b").process(true), 100);
+  REQUIRE(a.ready().wait_for(30s));
+  REQUIRE(b.ready().wait_for(30s));
+  std::vector<troupe::Future<int>> adds;   // in flight together: answered in submission order
+  for (int i = 1; i <= 50; ++i) adds.push_back(a.call(&Store::add, 1));
+  for (int i = 0; i < 50; ++i) CHECK(adds[std::size_t(i)].get() == 11 + i);
+  CHECK(a.call(&Store::add_via, b, 7).get() == 107);
+  auto t = b.call(&Store::make, std::int64_t(4 << 20), 9).get();   // a result tensor over UCX
+  CHECK(fnv1a(t.data, t.nbytes()) == b.call(&Store::checksum_of_last).get());
+}
+
 TEST_CASE("a wrong token is refused: no join, no status, no call") {
   itest::Cluster cluster;
   int st = 0;

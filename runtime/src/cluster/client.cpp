@@ -138,8 +138,13 @@ void ClusterClient::stop(bool keep_actors) {
     self->send_exit(router_, caf::exit_reason::user_shutdown);
     self->wait_for(router_);
   }
-  std::lock_guard lk(mu_);
-  gateways_.clear();
+  std::map<std::string, std::shared_ptr<CallChannel>> channels;
+  {
+    std::lock_guard lk(mu_);
+    gateways_.clear();
+    channels.swap(channels_);
+  }
+  for (auto& [address, ch] : channels) ch->close();   // joins the readers: none runs after this
 }
 
 void ClusterClient::watch_loop() {
@@ -187,7 +192,41 @@ void ClusterClient::apply(const json& a) {
   self->request(gw, std::chrono::seconds(5), detail::host_atom::value, head_.token, id, incarnation)
       .receive([&](const caf::actor& h) { host = h; },
                [&](const caf::error& e) { spdlog::debug("host of {}: {}", id, sys_.render(e)); });
-  if (host) cell->bind(detail::RemoteBinding{gw, gateway, host, incarnation});
+  if (host) cell->bind(detail::RemoteBinding{gw, gateway, host, incarnation, channel(gateway, gw)});
+}
+
+std::shared_ptr<CallChannel> ClusterClient::channel(const std::string& address, const caf::actor& gateway) {
+  {
+    std::lock_guard lk(mu_);
+    if (stopping_ || !rt_.config().call_channel) return nullptr;
+    if (auto it = channels_.find(address); it != channels_.end() && !it->second->broken()) return it->second;
+  }
+  std::string calls;
+  caf::scoped_actor self{sys_};
+  self->request(gateway, std::chrono::seconds(5), detail::calls_atom::value, head_.token)
+      .receive([&](const std::string& a) { calls = a; },
+               [&](const caf::error& e) { spdlog::debug("call channel of {}: {}", address, sys_.render(e)); });
+  if (calls.empty()) return nullptr;
+  // Replies complete their cells on the channel's reader thread; release notices for result
+  // tensors still go to the gateway.
+  auto ch = CallChannel::open(
+      calls, head_.token,
+      [rt = &rt_, gateway](detail::WireReply& r) {
+        r.gateway = gateway;
+        if (auto cell = rt->find(r.actor_id)) cell->on_reply(r);
+      },
+      std::chrono::seconds(5));
+  if (!ch) return nullptr;
+  std::shared_ptr<CallChannel> broken;   // released after the lock
+  std::lock_guard lk(mu_);
+  if (stopping_) return nullptr;   // ch closes as it goes out of scope
+  auto& slot = channels_[address];
+  // Another thread (the watcher, a host attaching a handle) may have opened one meanwhile: keep
+  // that one, which may carry calls already, and drop ours, which carries none. A channel is
+  // never closed while it may still owe replies.
+  if (slot && !slot->broken()) return slot;
+  broken = std::exchange(slot, ch);
+  return ch;
 }
 
 caf::actor ClusterClient::connect(const std::string& address) {
@@ -209,10 +248,16 @@ caf::actor ClusterClient::connect(const std::string& address) {
 
 void ClusterClient::on_gateway_down(const caf::actor_addr& gateway) {
   std::vector<std::pair<std::shared_ptr<detail::ActorCell>, std::uint64_t>> lost;
+  std::vector<std::shared_ptr<CallChannel>> gone;
   {
     std::lock_guard lk(mu_);
     for (auto it = gateways_.begin(); it != gateways_.end();) {
-      if (it->second.address() == gateway) it = gateways_.erase(it); else ++it;
+      if (it->second.address() != gateway) { ++it; continue; }
+      if (auto ch = channels_.find(it->first); ch != channels_.end()) {
+        gone.push_back(std::move(ch->second));
+        channels_.erase(ch);
+      }
+      it = gateways_.erase(it);
     }
     for (auto& [id, weak] : cells_) {
       auto cell = weak.lock();
@@ -221,6 +266,7 @@ void ClusterClient::on_gateway_down(const caf::actor_addr& gateway) {
       if (b && b->gateway.address() == gateway) lost.push_back({cell, b->incarnation});
     }
   }
+  for (auto& ch : gone) ch->close();
   for (auto& [cell, incarnation] : lost) cell->unbind(incarnation, "lost its worker process");
 }
 

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actor_cell.hpp"
+#include "cluster/call_channel.hpp"
 #include "troupe/options.hpp"
 #include "troupe/registry.hpp"
 
@@ -66,6 +67,9 @@ class ClusterClient {
   void watch_loop();
   void apply(const nlohmann::json& actor);
   caf::actor connect(const std::string& address);
+  // The call channel to the worker behind `gateway` (cached per address); null if it has none
+  // or cannot be reached, and calls then go through the middleman.
+  std::shared_ptr<CallChannel> channel(const std::string& address, const caf::actor& gateway);
 
   detail::RuntimeImpl& rt_;
   caf::actor_system& sys_;
@@ -77,6 +81,7 @@ class ClusterClient {
   std::map<std::uint64_t, std::weak_ptr<detail::ActorCell>> cells_;
   std::set<std::uint64_t> owned_;
   std::map<std::string, caf::actor> gateways_;   // by "host:port"
+  std::map<std::string, std::shared_ptr<CallChannel>> channels_;   // by gateway "host:port"
   std::atomic<bool> stopping_{false};
   std::thread watcher_;
 };

@@ -67,6 +67,8 @@ typename Inspector::result_type inspect(Inspector& f, WireRelease& x) {
 // Asks a worker's gateway for the host of (token, actor id, incarnation); the answer is the
 // host's handle, or an invalid one.
 using host_atom = caf::atom_constant<caf::atom("tr_host")>;
+// Asks a worker's gateway (token, then) for the "host:port" of its call channel server.
+using calls_atom = caf::atom_constant<caf::atom("tr_calls")>;
 
 // Registers the messages above with a system config (same names on every node).
 void add_wire_types(caf::actor_system_config& cfg);

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <map>
 
+#include "cluster/call_channel.hpp"
 #include "cluster/hex.hpp"
 #include "cluster/http.hpp"
 #include "cluster/wire.hpp"
@@ -24,14 +25,17 @@ constexpr auto kHeadLostAfter = std::chrono::seconds(10);
 
 struct GatewayState {
   std::string token;
+  std::string calls;   // the call server's "host:port"
   std::map<std::uint64_t, std::pair<caf::actor, std::uint64_t>> actors;   // id -> host, incarnation
 };
 
 // The worker's front door: hands callers the host of an actor (token and incarnation checked),
-// takes the release notices of result tensors, and keeps the table of hosted actors. Calls
-// themselves go to the hosts, which check token and incarnation again.
-caf::behavior gateway(caf::stateful_actor<GatewayState>* self, std::string token) {
+// tells them where its call channel listens, takes the release notices of result tensors, and
+// keeps the table of hosted actors. Calls themselves go to the hosts (over the call channel, or
+// through the middleman), which check token and incarnation again.
+caf::behavior gateway(caf::stateful_actor<GatewayState>* self, std::string token, std::string calls) {
   self->state.token = std::move(token);
+  self->state.calls = std::move(calls);
   return {
       [](const WireRelease& r) { release_regions(r.regions); },
       // A caller asks for the host of an actor, to send its calls there directly.
@@ -40,6 +44,9 @@ caf::behavior gateway(caf::stateful_actor<GatewayState>* self, std::string token
         auto it = self->state.actors.find(id);
         if (it == self->state.actors.end() || it->second.second != incarnation) return {};
         return it->second.first;
+      },
+      [self](calls_atom, const std::string& token) -> std::string {
+        return cluster::token_matches(token, self->state.token) ? self->state.calls : std::string();
       },
       [self](add_atom, std::uint64_t id, std::uint64_t incarnation, const caf::actor& host) {
         self->state.actors[id] = {host, incarnation};
@@ -73,12 +80,17 @@ class Worker {
 
   [[noreturn]] void run() {
     auto& sys = rt_->system();
-    gateway_ = sys.spawn(gateway, token_);
+    try {
+      calls_ = std::make_unique<cluster::CallServer>(token_, bind_);
+    } catch (const std::exception& e) {
+      die(e.what());
+    }
+    gateway_ = sys.spawn(gateway, token_, calls_->address());
     auto port = sys.middleman().publish(gateway_, 0, bind_.c_str(), true);
     if (!port) die("cannot publish the gateway on " + bind_ + ": " + sys.render(port.error()));
     std::string address = bind_ + ":" + std::to_string(*port);
     post("/ready", json{{"gateway", address}, {"pid", ::getpid()}});
-    spdlog::info("worker {}: gateway at {}", id_, address);
+    spdlog::info("worker {}: gateway at {}, calls at {}", id_, address, calls_->address());
     auto last_ok = std::chrono::steady_clock::now();
     for (;;) {
       json res;
@@ -105,6 +117,7 @@ class Worker {
     if (kind == "kill") {
       auto id = cmd.at("actor_id").get<std::uint64_t>();
       caf::anon_send(gateway_, remove_atom::value, id);
+      calls_->remove(id);
       if (auto cell = rt_->find(id)) rt_->kill(cell);
     } else if (kind == "spawn") {
       spawn(cmd);
@@ -134,6 +147,7 @@ class Worker {
     HostContext ctx{gateway_, incarnation, token_};
     auto cell = rt_->spawn_hosted(id, *type, factory, std::move(args), opts, ctx);
     caf::anon_send(gateway_, add_atom::value, id, incarnation, rt_->host_of(*cell));
+    calls_->add(id, incarnation, rt_->host_of(*cell));
     cell->ready().state()->on_ready([this, id, incarnation, cell] {
       auto s = cell->ready().state();
       if (s->has_error()) report(id, incarnation, "actor_failed", s->error().message);
@@ -163,7 +177,8 @@ class Worker {
   }
 
   [[noreturn]] void finish(int status) {
-    caf::anon_send_exit(gateway_, caf::exit_reason::user_shutdown);
+    if (calls_) calls_->stop();
+    if (gateway_) caf::anon_send_exit(gateway_, caf::exit_reason::user_shutdown);
     gateway_ = nullptr;
     rt_->shutdown();
     rt_.reset();
@@ -176,6 +191,7 @@ class Worker {
   std::uint16_t head_port_ = 0;
   std::string token_, bind_;
   std::unique_ptr<RuntimeImpl> rt_;
+  std::unique_ptr<cluster::CallServer> calls_;
   caf::actor gateway_;
 };
 

@@ -1,0 +1,237 @@
+// The call channel in-process: frames round-trip, bad bytes are refused without harm, the token
+// is checked once per connection, calls reach their host and replies come back in order.
+#include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <caf/all.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <random>
+#include <vector>
+
+#include "cluster/call_channel.hpp"
+#include "cluster/http.hpp"
+
+namespace cl = troupe::cluster;
+using troupe::detail::ChannelCall;
+using troupe::detail::WireCall;
+using troupe::detail::WireReply;
+
+namespace {
+
+// Collects the replies a channel's reader thread delivers.
+struct Replies {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<WireReply> got;
+
+  cl::CallChannel::ReplyHandler handler() {
+    return [this](WireReply& r) {
+      std::lock_guard lk(mu);
+      got.push_back(r);
+      cv.notify_all();
+    };
+  }
+  bool wait_for(std::size_t n) {
+    std::unique_lock lk(mu);
+    return cv.wait_for(lk, std::chrono::seconds(10), [&] { return got.size() >= n; });
+  }
+};
+
+// A host that echoes the arguments and reports the token the server filled in.
+caf::behavior echo_host(caf::event_based_actor*) {
+  return {[](ChannelCall& cc) {
+    WireReply r;
+    r.actor_id = cc.call.actor_id;
+    r.incarnation = cc.call.incarnation;
+    r.seq = cc.call.seq;
+    r.result = cc.call.args;
+    r.error = cc.call.token;
+    r.tensors = cc.call.tensors;
+    cc.sink->reply(r);
+  }};
+}
+
+WireCall make_call(std::uint64_t actor, std::uint64_t incarnation, std::uint64_t seq) {
+  WireCall c;
+  c.actor_id = actor;
+  c.incarnation = incarnation;
+  c.seq = seq;
+  c.method = "echo";
+  c.args = {char(seq & 0x7F), 'x', 'y'};
+  c.tensors = {{'t', char(seq & 0x7F)}, {}};
+  return c;
+}
+
+// A raw TCP connection to the server, for sending bytes no channel would.
+int raw_connect(const std::string& address) {
+  auto [host, port] = cl::split_address(address);
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  ::inet_pton(AF_INET, host.c_str(), &a.sin_addr);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  return fd;
+}
+
+// True when the server closes `fd` (reads EOF) within a few seconds.
+bool closed_by_peer(int fd) {
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char buf[256];
+  for (;;) {
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n == 0) return true;
+    if (n < 0) return errno == ECONNRESET;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("call channel frames round-trip and bad bytes are refused") {
+  auto c = make_call(7, 3, 99);
+  auto frame = cl::encode_call(c);
+  REQUIRE(frame.size() > 5);
+  CHECK(frame[4] == 'C');
+  auto back = cl::decode_call(frame.data() + 5, frame.size() - 5);
+  CHECK(back.actor_id == 7);
+  CHECK(back.incarnation == 3);
+  CHECK(back.seq == 99);
+  CHECK(back.method == "echo");
+  CHECK(back.args == c.args);
+  CHECK(back.tensors == c.tensors);
+  CHECK(back.token.empty());   // never on the wire: presented once per connection
+
+  WireReply r;
+  r.actor_id = 1;
+  r.seq = 2;
+  r.code = 5;
+  r.error = "why";
+  r.result = {'a'};
+  auto rf = cl::encode_reply(r);
+  auto rb = cl::decode_reply(rf.data() + 5, rf.size() - 5);
+  CHECK(rb.code == 5);
+  CHECK(rb.error == "why");
+  CHECK(rb.result == r.result);
+
+  // Truncated, garbage, a reply where a call is expected, trailing bytes: each a clear error.
+  for (std::size_t cut = 0; cut < frame.size() - 5; cut += 3) {
+    CHECK_THROWS_AS(cl::decode_call(frame.data() + 5, cut), std::runtime_error);
+  }
+  CHECK_THROWS_AS(cl::decode_call(rf.data() + 5, rf.size() - 5), std::runtime_error);
+  std::vector<char> trailing(frame.begin() + 5, frame.end());
+  trailing.push_back(0);
+  CHECK_THROWS_AS(cl::decode_call(trailing.data(), trailing.size()), std::runtime_error);
+  std::mt19937 rng(42);
+  for (int i = 0; i < 200; ++i) {
+    std::vector<char> junk(1 + rng() % 64);
+    for (auto& b : junk) b = char(rng());
+    try {
+      cl::decode_call(junk.data(), junk.size());
+    } catch (const std::runtime_error&) {   // refused; anything else (or a crash) fails the test
+    }
+  }
+}
+
+TEST_CASE("a call server checks the token, routes calls to hosts in order and survives bad peers") {
+  caf::actor_system_config cfg;
+  cfg.set("scheduler.max-threads", 2);
+  caf::actor_system sys{cfg};
+  cl::CallServer server("secret", "127.0.0.1");
+  auto host = sys.spawn(echo_host);
+  server.add(7, 3, host);
+
+  Replies refused;
+  CHECK(cl::CallChannel::open(server.address(), "wrong", refused.handler(), std::chrono::seconds(5)) == nullptr);
+  CHECK(cl::CallChannel::open(server.address(), "", refused.handler(), std::chrono::seconds(5)) == nullptr);
+  CHECK(cl::CallChannel::open("127.0.0.1:1", "secret", refused.handler(), std::chrono::seconds(2)) == nullptr);
+
+  Replies replies;
+  auto ch = cl::CallChannel::open(server.address(), "secret", replies.handler(), std::chrono::seconds(5));
+  REQUIRE(ch != nullptr);
+  constexpr int kCalls = 200;
+  for (int i = 1; i <= kCalls; ++i) REQUIRE(ch->send(make_call(7, 3, std::uint64_t(i))));
+  REQUIRE(replies.wait_for(kCalls));
+  for (int i = 0; i < kCalls; ++i) {   // one caller, one host: submission order
+    CHECK(replies.got[i].seq == std::uint64_t(i + 1));
+    CHECK(replies.got[i].code == 0);
+    CHECK(replies.got[i].error == "secret");   // the host sees the connection's checked token
+    CHECK(replies.got[i].result == make_call(7, 3, std::uint64_t(i + 1)).args);
+    CHECK(replies.got[i].tensors == make_call(7, 3, std::uint64_t(i + 1)).tensors);
+  }
+
+  SUBCASE("a call for another incarnation or an unknown actor fails with ActorDied (FT-2)") {
+    replies.got.clear();
+    REQUIRE(ch->send(make_call(7, 2, 1000)));
+    REQUIRE(ch->send(make_call(8, 1, 1001)));
+    server.remove(7);
+    REQUIRE(ch->send(make_call(7, 3, 1002)));
+    REQUIRE(replies.wait_for(3));
+    for (const auto& r : replies.got) {
+      CHECK(r.code == static_cast<std::int32_t>(troupe::ErrorCode::ActorDied));
+      CHECK(r.error.find("not hosted here") != std::string::npos);
+    }
+  }
+
+  SUBCASE("random bytes, a bad handshake and a bad frame close only their own connection") {
+    int junk = raw_connect(server.address());
+    std::vector<char> noise(4096);
+    std::mt19937 rng(7);
+    for (auto& b : noise) b = char(rng());
+    ::send(junk, noise.data(), noise.size(), MSG_NOSIGNAL);
+    CHECK(closed_by_peer(junk));
+    ::close(junk);
+
+    int huge = raw_connect(server.address());   // a length far beyond the handshake's limit
+    const unsigned char len[5] = {0xFF, 0xFF, 0xFF, 0x7F, 'H'};
+    ::send(huge, len, sizeof len, MSG_NOSIGNAL);
+    CHECK(closed_by_peer(huge));
+    ::close(huge);
+
+    int truncated = raw_connect(server.address());   // a handshake cut short, then silence
+    const unsigned char part[3] = {10, 0, 0};
+    ::send(truncated, part, sizeof part, MSG_NOSIGNAL);
+    ::shutdown(truncated, SHUT_WR);
+    CHECK(closed_by_peer(truncated));
+    ::close(truncated);
+
+    int bad_frame = raw_connect(server.address());   // authenticated, then a frame of garbage
+    std::string hello = std::string("\x07\x00\x00\x00H", 5) + "secret";
+    ::send(bad_frame, hello.data(), hello.size(), MSG_NOSIGNAL);
+    char ok[5];
+    REQUIRE(::recv(bad_frame, ok, 5, MSG_WAITALL) == 5);
+    CHECK(ok[4] == 'O');
+    const unsigned char garbage[9] = {5, 0, 0, 0, 'C', 0xC1, 0xC1, 0xC1, 0xC1};
+    ::send(bad_frame, garbage, sizeof garbage, MSG_NOSIGNAL);
+    CHECK(closed_by_peer(bad_frame));
+    ::close(bad_frame);
+
+    // The good channel was never disturbed.
+    replies.got.clear();
+    REQUIRE(ch->send(make_call(7, 3, 5000)));
+    REQUIRE(replies.wait_for(1));
+    CHECK(replies.got[0].seq == 5000);
+    CHECK(replies.got[0].code == 0);
+  }
+
+  SUBCASE("a stopped server breaks the channel; sends then report failure") {
+    server.stop();
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!ch->broken() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    CHECK(ch->broken());
+    CHECK_FALSE(ch->send(make_call(7, 3, 1)));
+  }
+
+  ch->close();
+  server.stop();
+  caf::anon_send_exit(host, caf::exit_reason::user_shutdown);
+}
