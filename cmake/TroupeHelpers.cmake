@@ -21,7 +21,9 @@ function(troupe_add_tests name)
   add_executable(${name} ${CMAKE_SOURCE_DIR}/tests/doctest_main.cpp ${T_SOURCES})
   target_link_libraries(${name} PRIVATE doctest::doctest ${T_LIBS})
   target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/tests)
-  doctest_discover_tests(${name} PROPERTIES TIMEOUT ${T_TIMEOUT})
+  # A name ctest cannot pass back intact (e.g. one with ';') would select no test case and pass
+  # vacuously: a run of zero test cases fails.
+  doctest_discover_tests(${name} PROPERTIES TIMEOUT ${T_TIMEOUT} FAIL_REGULAR_EXPRESSION "test cases: +0 [|]")
 endfunction()
 
 # Benchmarks land in build/bench/: troupe_add_bench(<name> SOURCES ... LIBS ...)

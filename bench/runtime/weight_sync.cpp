@@ -2,12 +2,15 @@
 // each CPU path, beside a memcpy of the same size measured in the same run. Prints one JSON
 // object {"results": [...]} last.
 //   inproc     a subscriber in the publisher's process takes the version (pointer swap)
-//   same_host  receivers in other worker processes pull from the publisher's shared memory
+//   same_host  receivers in other worker processes on this host; "mode": "map" (the default for
+//              subscribers: the publisher's version mapped read-only in place, no copy) or
+//              "copy" (a private, checksummed copy out of the publisher's shared memory)
 //   cross_node two daemons on 127.0.0.1 with UCX_TLS=tcp, receivers in a broadcast tree
-// Memory on small machines: 2 GiB runs with 1 receiver only ("note" in its entry).
+// Memory on small machines: 2 GiB copies run with 1 receiver only ("note" in their entries).
 //   --sizes-mib 64,512,2048   --reps N (timed repetitions after one warm-up, best kept)
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -44,9 +47,12 @@ double memcpy_gbps(std::size_t bytes) {
   return double(bytes) / best / 1e9;
 }
 
-nlohmann::json entry(const char* path, std::size_t bytes, int receivers, double seconds, double mc) {
-  return {{"path", path}, {"bytes", bytes}, {"receivers", receivers}, {"seconds", seconds},
-          {"gbps", double(bytes) / seconds / 1e9}, {"memcpy_gbps", mc}};
+nlohmann::json entry(const char* path, std::size_t bytes, int receivers, double seconds, double mc,
+                     const char* mode = nullptr) {
+  nlohmann::json e{{"path", path}, {"bytes", bytes}, {"receivers", receivers}, {"seconds", seconds},
+                   {"gbps", double(bytes) / seconds / 1e9}, {"memcpy_gbps", mc}};
+  if (mode != nullptr) e["mode"] = mode;
+  return e;
 }
 
 std::vector<std::int64_t> numels(std::size_t bytes) {
@@ -69,16 +75,22 @@ double inproc(troupe::Runtime& rt, std::size_t bytes, int receivers) {
   return best;
 }
 
-// Receivers follow the publisher (tree: level by level, parents first). Best of g_reps.
-double broadcast(troupe::Runtime& rt, const troupe::Options& pub_opts, const troupe::Options& recv_opts,
-                 std::size_t bytes, int receivers, bool tree) {
+// Receivers follow the publisher (tree: level by level, parents first) to a version published
+// just before the clock starts. Returns every round's seconds: the warm-up first (connections
+// and endpoints made), then g_reps timed rounds.
+// `map`: receivers map the publisher's version in place when they can (same host).
+std::vector<double> broadcast(troupe::Runtime& rt, const troupe::Options& pub_opts, const troupe::Options& recv_opts,
+                 std::size_t bytes, int receivers, bool tree, bool map = false) {
   auto pub = rt.spawn<WeightStore>(pub_opts);
   std::vector<ActorRef<WeightStore>> relays;
-  for (int i = 0; i < receivers; ++i) relays.push_back(rt.spawn<WeightStore>(recv_opts));
-  pub.call(&WeightStore::publish_synthetic, std::uint64_t(1), numels(bytes), std::uint64_t(1)).get();
-  double best = 1e9;
-  for (int rep = 0; rep <= g_reps; ++rep) {
+  for (int i = 0; i < receivers; ++i) {
+    relays.push_back(rt.spawn<WeightStore>(recv_opts, std::uint8_t(0), std::int64_t(60000), map));
+  }
+  std::vector<double> rounds;
+  for (int rep = 0; rep <= g_reps; ++rep) {   // a new version each round, as after each optimizer step
+    const auto version = std::uint64_t(rep + 1);
     for (auto& r : relays) r.call(&WeightStore::clear).get();
+    pub.call(&WeightStore::publish_synthetic, version, numels(bytes), version).get();
     auto t0 = Clock::now();
     std::size_t level_start = 0, level_size = 2;
     while (level_start < relays.size()) {
@@ -86,21 +98,30 @@ double broadcast(troupe::Runtime& rt, const troupe::Options& pub_opts, const tro
       std::size_t end = tree ? std::min(relays.size(), level_start + level_size) : relays.size();
       for (std::size_t k = level_start; k < end; ++k) {
         auto src = tree ? troupe::tree_sources(pub, relays, k) : std::vector<ActorRef<WeightStore>>{pub};
-        fs.push_back(relays[k].call(&WeightStore::follow, src, std::uint64_t(1)));
+        fs.push_back(relays[k].call(&WeightStore::follow, src, version));
       }
       for (auto& f : fs) (void)f.get();
       level_start = end;
       level_size *= 2;
     }
-    if (rep > 0) best = std::min(best, since(t0));
+    rounds.push_back(since(t0));
   }
   for (auto& r : relays) rt.kill(r);
   rt.kill(pub);
-  return best;
+  return rounds;
 }
 
-std::vector<int> receiver_counts(std::size_t bytes) {
-  if (bytes > 512 * kMiB) return {1};   // 2 GiB x (publisher + 4) does not fit a small machine
+// The entry of a broadcast: the best timed round, and every round's time under "rounds".
+nlohmann::json rounds_entry(const char* path, std::size_t bytes, int receivers, const std::vector<double>& rounds,
+                            double mc, const char* mode = nullptr) {
+  double best = *std::min_element(rounds.begin() + 1, rounds.end());
+  auto e = entry(path, bytes, receivers, best, mc, mode);
+  e["rounds"] = rounds;
+  return e;
+}
+
+std::vector<int> receiver_counts(std::size_t bytes, bool copies = true) {
+  if (copies && bytes > 512 * kMiB) return {1};   // 2 GiB x (publisher + 4 copies) does not fit a small machine
   return {1, 2, 4};
 }
 
@@ -124,9 +145,13 @@ int main(int argc, char** argv) {
   for (auto bytes : sizes) {
     mc.push_back(memcpy_gbps(bytes));
     for (int n : receiver_counts(bytes)) results.push_back(entry("inproc", bytes, n, inproc(rt, bytes, n), mc.back()));
+    auto opts = troupe::Options{}.process(true);
+    for (int n : receiver_counts(bytes, false)) {
+      results.push_back(rounds_entry("same_host", bytes, n, broadcast(rt, opts, opts, bytes, n, false, true), mc.back(), "map"));
+      std::cerr << results.back().dump() << "\n";
+    }
     for (int n : receiver_counts(bytes)) {
-      auto opts = troupe::Options{}.process(true);
-      results.push_back(entry("same_host", bytes, n, broadcast(rt, opts, opts, bytes, n, false), mc.back()));
+      results.push_back(rounds_entry("same_host", bytes, n, broadcast(rt, opts, opts, bytes, n, false, false), mc.back(), "copy"));
       std::cerr << results.back().dump() << "\n";
     }
   }
@@ -145,13 +170,15 @@ int main(int argc, char** argv) {
     auto recv_opts = troupe::Options{}.resources("node_b=1");
     for (std::size_t i = 0; i < sizes.size(); ++i) {
       for (int n : receiver_counts(sizes[i])) {
-        results.push_back(entry("cross_node", sizes[i], n, broadcast(crt, pub_opts, recv_opts, sizes[i], n, true), mc[i]));
+        results.push_back(rounds_entry("cross_node", sizes[i], n, broadcast(crt, pub_opts, recv_opts, sizes[i], n, true), mc[i]));
         std::cerr << results.back().dump() << "\n";
       }
     }
   }
   for (auto& r : results) {
-    if (r["bytes"].get<std::size_t>() > 512 * kMiB) r["note"] = "2 GiB runs with 1 receiver only (memory)";
+    if (r["bytes"].get<std::size_t>() > 512 * kMiB && r.value("mode", "copy") == "copy") {
+      r["note"] = "2 GiB copies run with 1 receiver only (memory)";
+    }
   }
   std::cout << nlohmann::json{{"results", results}}.dump() << std::endl;
   return 0;

@@ -133,7 +133,7 @@ TEST_CASE("repeated or empty tensor names cannot be written") {
   CHECK_THROWS_AS(serialize_safetensors({{"", a}}), SafetensorsError);
 }
 
-TEST_CASE("files are written atomically and read back; a missing file names its path") {
+TEST_CASE("files are written atomically and read back, and a missing file names its path") {
   auto dir = std::filesystem::temp_directory_path() / ("troupe_safetensors_test-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const auto path = (dir / "w.safetensors").string();

@@ -70,7 +70,7 @@ TEST_CASE("calls in flight at a worker's death are retried on the restarted acto
   CHECK(s.call(&Store::pid).get() != pid1);
 }
 
-TEST_CASE("a daemon killed with -9 and another frozen with SIGSTOP are marked dead; their actors move") {
+TEST_CASE("a daemon killed with -9 and another frozen with SIGSTOP are marked dead, and their actors move") {
   itest::Cluster cluster("CPU=4,spare=1");
   pid_t killed = cluster.add_node("CPU=1,victim_a=1,movable=1");
   pid_t frozen = cluster.add_node("CPU=1,victim_b=1");

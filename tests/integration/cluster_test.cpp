@@ -165,7 +165,7 @@ TEST_CASE("without an address, a process actor runs on an embedded head and node
   itest::run({"/bin/rm", "-rf", tmpl});
 }
 
-TEST_CASE("placement groups reserve bundles across nodes; colocated actors share a bundle's process") {
+TEST_CASE("placement groups reserve bundles across nodes, and colocated actors share a bundle's process") {
   itest::Cluster cluster("CPU=2");
   cluster.add_node("CPU=2");
   auto rt = connect(cluster);

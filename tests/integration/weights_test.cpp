@@ -22,9 +22,21 @@ struct DyingReceiver {
   void pull_and_die(troupe::ActorRef<WeightStore> store) {
     troupe::SubscriberOptions opts;
     opts.bucket_bytes = 1 << 20;
+    opts.map_shared = false;   // a copy, killed in its middle (a mapping has no middle)
     opts.on_progress = [](std::size_t, std::size_t) { ::_exit(9); };
     troupe::WeightSubscriber sub(store, opts);
     (void)sub.update();
+  }
+};
+
+// Maps a store's latest version (same host: no copy) and keeps it.
+struct MappingReceiver {
+  std::unique_ptr<troupe::WeightSubscriber> sub;
+  int pid() { return int(::getpid()); }
+  std::uint64_t map_from(troupe::ActorRef<WeightStore> store) {
+    sub = std::make_unique<troupe::WeightSubscriber>(store);
+    auto set = sub->update();
+    return troupe::weight_checksum(set->wire().data, set->wire_bytes());
   }
 };
 
@@ -37,6 +49,7 @@ std::vector<std::int64_t> numels(std::int64_t total_floats, int n) {
 }  // namespace
 
 TROUPE_ACTOR(DyingReceiver, pid, pull_and_die);
+TROUPE_ACTOR(MappingReceiver, pid, map_from);
 
 TEST_CASE("weights: a worker publishes, another worker and the driver pull the same checked bytes") {
   char tmpl[] = "/tmp/troupe-weights-XXXXXX";
@@ -50,7 +63,9 @@ TEST_CASE("weights: a worker publishes, another worker and the driver pull the s
     auto sum = pub.call(&WeightStore::publish_synthetic, std::uint64_t(3), numels(8 << 20, 4), std::uint64_t(1)).get();
     CHECK(recv.call(&WeightStore::follow, std::vector<troupe::ActorRef<WeightStore>>{pub}, troupe::kLatestVersion).get() == sum);
     CHECK(recv.call(&WeightStore::latest_version).get() == 3);
-    troupe::WeightSubscriber driver(recv);                // the driver pulls from the relay
+    troupe::SubscriberOptions copy;
+    copy.map_shared = false;
+    troupe::WeightSubscriber driver(recv, copy);          // the driver copies from the relay
     auto set = driver.update();
     CHECK(set->version() == 3);
     CHECK(troupe::weight_checksum(set->wire().data, set->wire_bytes()) == sum);
@@ -109,6 +124,43 @@ TEST_CASE("weights: a receiver killed mid-transfer blocks neither the others nor
     auto st = pub.call(&WeightStore::stats).get();
     CHECK(st.holds == 0);                                     // the lease ended the dead hold
     CHECK(st.live_versions == 1);                             // version 1 freed (WS-2)
+  }
+  itest::run({"/bin/rm", "-rf", tmpl});
+}
+
+TEST_CASE("weights: subscribers on the host map a worker's version, held while they live (WS-2)") {
+  char tmpl[] = "/tmp/troupe-weights-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  {
+    troupe::RuntimeConfig cfg;
+    cfg.session_root = tmpl;
+    auto rt = troupe::Runtime::create(cfg);
+    auto pub = rt.spawn<WeightStore>(troupe::Options{}.process(true));
+    auto mapper = rt.spawn<MappingReceiver>(troupe::Options{}.process(true));
+    auto sum = pub.call(&WeightStore::publish_synthetic, std::uint64_t(1), numels(4 << 20, 2), std::uint64_t(4)).get();
+    auto holds = [&] { return pub.call(&WeightStore::stats).get().holds; };
+    auto wait_holds = [&](std::size_t n) {
+      for (int i = 0; i < 300 && holds() != n; ++i) std::this_thread::sleep_for(20ms);
+      return holds();
+    };
+
+    troupe::WeightSubscriber driver(pub);   // the driver, another process on this host
+    auto set = driver.update();
+    CHECK(troupe::weight_checksum(set->wire().data, set->wire_bytes()) == sum);
+    CHECK(holds() == 1);
+    CHECK(mapper.call(&MappingReceiver::map_from, pub).get() == sum);
+    CHECK(holds() == 2);
+
+    // A mapping holder killed: its hold ends with its process, not after a lease.
+    int pid = mapper.call(&MappingReceiver::pid).get();
+    REQUIRE(::kill(pid, SIGKILL) == 0);
+    CHECK(wait_holds(1) == 1);
+    // The driver lets go: no hold is left, and a newer version frees this one.
+    set.reset();
+    driver.reset();
+    CHECK(wait_holds(0) == 0);
+    pub.call(&WeightStore::publish_synthetic, std::uint64_t(2), numels(4 << 20, 2), std::uint64_t(5)).get();
+    CHECK(pub.call(&WeightStore::stats).get().live_versions == 1);
   }
   itest::run({"/bin/rm", "-rf", tmpl});
 }

@@ -188,7 +188,7 @@ TEST_CASE("removing a group releases everything and returns its actors to kill")
   CHECK(s.remove_placement_group(g->id).status().code() == StatusCode::kNotFound);
 }
 
-TEST_CASE("colocated actors of one bundle share one worker process; others get their own") {
+TEST_CASE("colocated actors of one bundle share one worker process, others get their own") {
   Scheduler s;
   REQUIRE_OK(s.add_node(1, res("CPU=8,GPU=1")));
   auto g = s.create_placement_group(spec({res("CPU=2,GPU=1"), res("CPU=2")}, Strategy::kStrictPack));

@@ -131,6 +131,7 @@ TEST_CASE("weight copy path: bytes and checksum survive, a corrupted transfer is
   store.call(&troupe::WeightStore::publish, std::uint64_t(1), src).get();
   troupe::SubscriberOptions opts;
   opts.allow_local = false;
+  opts.map_shared = false;
   opts.bucket_bytes = 1 << 20;
   troupe::WeightSubscriber sub(store, opts);
   auto set = sub.update();
@@ -150,6 +151,45 @@ TEST_CASE("weight copy path: bytes and checksum survive, a corrupted transfer is
     CHECK(e.kind() == WeightError::Kind::Checksum);
   }
   CHECK(sub.current()->version() == 1);                  // nothing was swapped in
+}
+
+TEST_CASE("weight mapped path: the version is read in place, held while mapped, and verified on request") {
+  auto rt = troupe::Runtime::create();
+  auto store = rt.spawn<troupe::WeightStore>(troupe::Options{});
+  auto src = model(3.0f);
+  auto sum = store.call(&troupe::WeightStore::publish, std::uint64_t(1), src).get();
+  troupe::SubscriberOptions opts;
+  opts.allow_local = false;   // as if from another process on this host
+  troupe::WeightSubscriber sub(store, opts);
+  auto set = sub.update();
+  REQUIRE(set);
+  troupe::WeightSubscriber local(store);
+  auto published = local.pull(1);
+  // The publisher's own memory (mapped again at another address): a byte changed there shows.
+  auto* theirs = static_cast<unsigned char*>(published->wire().data);
+  const auto* mine = static_cast<const unsigned char*>(set->wire().data);
+  theirs[4096] ^= 0xFF;
+  CHECK(mine[4096] == theirs[4096]);
+  theirs[4096] ^= 0xFF;
+  CHECK(set->checksum() == sum);
+  for (const auto& t : src) CHECK(same_bytes(*set->find(t.name), t.tensor));
+  CHECK(store.call(&troupe::WeightStore::stats).get().holds == 1);   // held while mapped (WS-2)
+  set.reset();
+  sub.reset();   // the last view goes: the hold is released
+  int holds = 1;
+  for (int i = 0; i < 200 && holds != 0; ++i) {
+    std::this_thread::sleep_for(10ms);
+    holds = int(store.call(&troupe::WeightStore::stats).get().holds);
+  }
+  CHECK(holds == 0);
+
+  // verify_mapped hashes the mapping: a byte changed after the checksum was taken is caught.
+  store.call(&troupe::WeightStore::publish, std::uint64_t(2), model(4.0f)).get();
+  static_cast<char*>(local.pull(2)->wire().data)[999] ^= 0x01;
+  opts.verify_mapped = true;
+  troupe::WeightSubscriber checking(store, opts);
+  CHECK_THROWS_AS((void)checking.update(2), WeightError);
+  CHECK(checking.current() == nullptr);
 }
 
 TEST_CASE("weight wire compression: bf16 and int8-per-row stay within their stated bounds") {

@@ -89,7 +89,10 @@ class WeightPublisher {
   // Remote transfer holds (used by WeightStore). hold() pins `set` for `subscriber` until
   // release() or the lease, with the data-plane region exposing it; returns the region of a hold
   // it replaced (the same subscriber pulling the same version again), 0 if none.
-  std::uint64_t hold(WeightSetPtr set, const std::string& subscriber, std::uint64_t region);
+  // With `holder_pid` (a process on this host that maps the version in place) the hold has no
+  // lease: it lasts until release() or that process's death.
+  std::uint64_t hold(WeightSetPtr set, const std::string& subscriber, std::uint64_t region,
+                     std::uint32_t holder_pid = 0);
   // Ends the hold; returns its data-plane region (0 if none) for the caller to release.
   std::uint64_t release(std::uint64_t version, const std::string& subscriber);
   void sweep();   // ends expired holds (also done by every other call)

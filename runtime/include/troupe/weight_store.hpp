@@ -28,6 +28,14 @@ struct SubscriberOptions {
   std::size_t idle_buffers = 2;                       // freed receive buffers kept for reuse
   // false: take the copy path even from a store in this process (tests, benchmarks).
   bool allow_local = true;
+  // A store in another process on this host: map its version read-only in place (no copy; the
+  // store keeps it, unchanged, until this subscriber drops it or dies) instead of copying it.
+  // Falls back to copying where the memory cannot be mapped (other hosts, TCP-only UCX).
+  bool map_shared = true;
+  // Hash a mapped version before use. Off by default: a published version is written once,
+  // checksummed by its publisher and never written again while held, so a mapping cannot be
+  // torn (WS-1); copies are always checked.
+  bool verify_mapped = false;
   // Called on the pulling thread after each bucket lands (bytes so far, total). May throw to
   // abandon the pull.
   std::function<void(std::size_t, std::size_t)> on_progress;
@@ -71,6 +79,10 @@ class WeightStore {
   WeightStore();
   // compression: a WireCompression value; hold_lease_ms: PublisherOptions::hold_lease.
   WeightStore(std::uint8_t compression, std::int64_t hold_lease_ms);
+  // As above; `relay_maps`: SubscriberOptions::map_shared of follow()'s subscriber (false in the
+  // other constructors: a relay re-serves its copy, and a mapping would be re-exposed by a copy
+  // per child; a store that only consumes may map).
+  WeightStore(std::uint8_t compression, std::int64_t hold_lease_ms, bool relay_maps);
   ~WeightStore();
 
   // Publishes the tensors as `version` (one copy into shared memory); returns its checksum.
@@ -99,6 +111,7 @@ class WeightStore {
   std::shared_ptr<WeightPublisher> publisher_;
   std::unique_ptr<WeightSubscriber> relay_;   // follow()'s receiving side, buffers reused
   std::vector<std::uint64_t> relay_sources_;
+  bool relay_maps_ = false;
 };
 
 // Receiver k of n in a broadcast tree rooted at the publisher with `fanout` children per node:

@@ -56,7 +56,10 @@ struct WeightOrigin {
   std::string host;
   std::uint32_t pid = 0;
   std::uint64_t nonce = 0;          // random per process
-  MSGPACK_DEFINE(host, pid, nonce);
+  // Set by a subscriber that will map a version of a store on its host in place (no copy):
+  // its hold then lasts until release() or the subscriber process's death, not a lease.
+  bool map = false;
+  MSGPACK_DEFINE(host, pid, nonce, map);
   static const WeightOrigin& self();
 };
 
@@ -94,5 +97,9 @@ std::uint64_t weight_checksum(const void* data, std::size_t n);
 std::uint64_t checksum_init(std::size_t total_bytes);
 std::uint64_t checksum_update(std::uint64_t state, const void* data, std::size_t n,
                               std::size_t offset);
+// The same in two steps, for chunks hashed out of order (on several threads): the hash of chunk
+// `index` (at most kChecksumChunk bytes), then the chunks' hashes folded in index order.
+std::uint64_t checksum_chunk(const void* data, std::size_t n, std::size_t index);
+std::uint64_t checksum_fold(std::uint64_t state, std::uint64_t chunk_hash);
 
 }  // namespace troupe

@@ -257,4 +257,24 @@ void DataPlane::fetch_into(const TensorDescriptor& d, const TensorView& dst, std
   throw TransportError(kind, "fetch from pid " + std::to_string(d.owner_pid) + ": " + op->error());
 }
 
+TensorView DataPlane::map(const TensorDescriptor& d, std::chrono::milliseconds timeout) {
+  if (checked_nbytes(d.dtype, d.shape) != d.nbytes) bad("descriptor: nbytes does not match shape");
+  if (d.is_inline || d.nbytes == 0) return {};
+  auto op = std::make_shared<GetOp>();
+  op->peer.assign(d.worker_address.begin(), d.worker_address.end());
+  op->remote_address = d.remote_address;
+  op->rkey = d.rkey;
+  op->length = d.nbytes;
+  op->map_only = true;
+  engine_->submit(op);
+  if (!op->wait_until(Clock::now() + timeout)) {   // a map does no I/O: only a stuck engine is slow
+    throw TransportError(TransportError::Kind::Timeout, "mapping memory of pid " + std::to_string(d.owner_pid) + " timed out");
+  }
+  if (op->status() == UCS_ERR_UNSUPPORTED) return {};
+  if (op->status() != UCS_OK) {
+    throw TransportError(TransportError::Kind::PeerGone, "mapping memory of pid " + std::to_string(d.owner_pid) + ": " + op->error());
+  }
+  return TensorView::wrap(const_cast<void*>(op->mapped), DType::U8, {std::int64_t(d.nbytes)}, op->pin);
+}
+
 }  // namespace troupe::detail::transport

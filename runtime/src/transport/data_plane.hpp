@@ -88,6 +88,14 @@ class DataPlane {
   // `dst` (no keep_alive) must stay valid until this returns, and this waits for that.
   void fetch_into(const TensorDescriptor& d, const TensorView& dst, std::chrono::milliseconds timeout);
 
+  // Maps the bytes `d` names into this process without copying, when the owner's memory is
+  // shared memory on this host that UCX can address here: a U8 view whose keep_alive keeps the
+  // mapping. An empty view (data == nullptr) when it cannot be mapped (another host, a TCP-only
+  // or CMA-only transport, inline); the caller then fetches. The owner must keep the memory
+  // unchanged and allocated while the view lives (its exposure or a hold of its own).
+  // Throws TransportError(Timeout, PeerGone) as fetch does.
+  TensorView map(const TensorDescriptor& d, std::chrono::milliseconds timeout);
+
   DataPlaneStats stats() const;
   const std::vector<char>& worker_address() const;
 

@@ -35,8 +35,14 @@ std::string ucs_error(ucs_status_t st) { return ucs_status_string(st); }
 
 struct CachedRkey {
   ucp_rkey_h handle = nullptr;
-  int users = 0;                      // in-flight gets using it
-  Clock::time_point last_used;
+  // In-flight gets (progress thread) and live mappings (dropped on any thread) using it.
+  std::atomic<int> users{0};
+  // When the last user let go (a mapping is dropped on any thread): idle from then on.
+  std::atomic<Clock::rep> last_used{0};
+  void touch() { last_used.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed); }
+  bool idle_since(Clock::time_point t) const {
+    return last_used.load(std::memory_order_relaxed) < t.time_since_epoch().count();
+  }
 };
 
 // ---- UcxContext ------------------------------------------------------------------------------
@@ -221,6 +227,7 @@ void UcxEngine::start(const std::shared_ptr<GetOp>& op) {
   op->ep = ep;
   ucp_rkey_h rkey = unpack_rkey(*op, &st);
   if (rkey == nullptr) return op->finish(st, "cannot map the owner's memory (gone or released): " + ucs_error(st));
+  if (op->map_only) return map(*op, rkey);
   op->engine = this;
   inflight_[op.get()] = op;
   ucp_request_param_t p{};
@@ -233,6 +240,27 @@ void UcxEngine::start(const std::shared_ptr<GetOp>& op) {
     return;
   }
   complete(op.get(), UCS_PTR_STATUS(req));   // completed (or failed) inline
+}
+
+void UcxEngine::map(GetOp& op, ucp_rkey_h rkey) {
+  std::shared_ptr<CachedRkey> entry;
+  for (auto& [key, e] : rkeys_) {
+    if (e.get() == op.rkey_entry) { entry = e; break; }
+  }
+  op.rkey_entry = nullptr;
+  void* local = nullptr;
+  if (entry == nullptr || ucp_rkey_ptr(rkey, op.remote_address, &local) != UCS_OK) {
+    if (entry != nullptr) { entry->touch(); --entry->users; }
+    return op.finish(UCS_ERR_UNSUPPORTED, "the owner's memory cannot be mapped here");
+  }
+  // The pin keeps the entry's user count up: the rkey (and with it the segment's mapping in
+  // this process) stays until the pin is dropped, on whatever thread that happens.
+  op.mapped = local;
+  op.pin = std::shared_ptr<void>(local, [entry](void*) {
+    entry->touch();   // before the count drops: the sweep never sees an idle, stale entry
+    --entry->users;
+  });
+  op.finish(UCS_OK, "");
 }
 
 void UcxEngine::on_get_done(void* request, ucs_status_t st, void* user) {
@@ -255,7 +283,7 @@ void UcxEngine::complete(GetOp* op, ucs_status_t st) {
   if (op->request != nullptr) ucp_request_free(op->request);
   if (op->rkey_entry != nullptr) {
     --op->rkey_entry->users;
-    op->rkey_entry->last_used = Clock::now();
+    op->rkey_entry->touch();
   }
   op->request = nullptr;
   op->rkey_entry = nullptr;
@@ -267,7 +295,7 @@ void UcxEngine::complete(GetOp* op, ucs_status_t st) {
 ucp_rkey_h UcxEngine::unpack_rkey(GetOp& op, ucs_status_t* st) {
   auto& slot = rkeys_[{op.ep, std::string(op.rkey.begin(), op.rkey.end())}];
   if (!slot) {
-    auto entry = std::make_unique<CachedRkey>();
+    auto entry = std::make_shared<CachedRkey>();
     *st = ucp_ep_rkey_unpack(op.ep, op.rkey.data(), &entry->handle);
     if (*st != UCS_OK) {
       rkeys_.erase({op.ep, std::string(op.rkey.begin(), op.rkey.end())});
@@ -292,7 +320,7 @@ void UcxEngine::drop_rkeys(ucp_ep_h ep, bool idle_only) {
   auto cutoff = Clock::now() - kRkeyIdle;
   for (auto it = rkeys_.begin(); it != rkeys_.end();) {
     auto& e = *it->second;
-    bool match = e.users == 0 && (idle_only ? e.last_used < cutoff : it->first.first == ep);
+    bool match = e.users == 0 && (idle_only ? e.idle_since(cutoff) : it->first.first == ep);
     if (!match) { ++it; continue; }
     ucp_rkey_destroy(e.handle);
     it = rkeys_.erase(it);

@@ -57,6 +57,12 @@ struct GetOp {
   void* local = nullptr;
   std::size_t length = 0;
   std::shared_ptr<void> keep;
+  // Map instead of read: when the owner's memory is shared memory this process can address
+  // (UCX's ucp_rkey_ptr), `mapped` points at remote_address in it and `pin` keeps that mapping
+  // (and its rkey) alive until dropped; otherwise the op finishes with UCS_ERR_UNSUPPORTED.
+  bool map_only = false;
+  const void* mapped = nullptr;
+  std::shared_ptr<void> pin;
 
   // Waits until done or `deadline`; true when done.
   bool wait_until(std::chrono::steady_clock::time_point deadline);
@@ -101,6 +107,7 @@ class UcxEngine {
   void run();
   void drain_inbox();
   void start(const std::shared_ptr<GetOp>& op);
+  void map(GetOp& op, ucp_rkey_h rkey);
   void complete(GetOp* op, ucs_status_t st);
   void reap_completed();
   ucp_rkey_h unpack_rkey(GetOp& op, ucs_status_t* st);
@@ -129,8 +136,9 @@ class UcxEngine {
   std::map<GetOp*, std::shared_ptr<GetOp>> inflight_;
   // Unpacked rkeys by (ep, packed bytes): re-reading a region (a weight buffer each step) skips
   // the unpack, and on shared memory the segment attach and page-table fill. Dropped after
-  // kRkeyIdle unused (the owner's freed memory stays pinned here at most that long) or with the ep.
-  std::map<std::pair<ucp_ep_h, std::string>, std::unique_ptr<CachedRkey>> rkeys_;
+  // kRkeyIdle unused (the owner's freed memory stays pinned here at most that long) or with the
+  // ep; never while a get or a mapping (GetOp::pin) uses it.
+  std::map<std::pair<ucp_ep_h, std::string>, std::shared_ptr<CachedRkey>> rkeys_;
   std::vector<std::pair<GetOp*, ucs_status_t>> completed_;   // from UCX callbacks
   std::vector<ucp_ep_h> failed_eps_;
   std::vector<void*> closing_;                        // ep close requests still in progress

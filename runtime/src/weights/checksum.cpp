@@ -58,6 +58,10 @@ std::uint64_t checksum_update(std::uint64_t state, const void* data, std::size_t
   return state;
 }
 
+std::uint64_t checksum_chunk(const void* data, std::size_t n, std::size_t index) { return xxh64(data, n, index); }
+
+std::uint64_t checksum_fold(std::uint64_t state, std::uint64_t chunk_hash) { return merge(state, chunk_hash); }
+
 std::uint64_t weight_checksum(const void* data, std::size_t n) {
   return checksum_update(checksum_init(n), data, n, 0);
 }

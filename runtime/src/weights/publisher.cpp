@@ -1,7 +1,9 @@
 // WeightPublisher: versions, transfer holds with leases, and the process-local registry that
 // gives same-process subscribers the no-copy path.
 #include <cstring>
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <mutex>
 #include <stdexcept>
 
@@ -13,6 +15,7 @@ namespace troupe {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr auto kLivenessEvery = std::chrono::milliseconds(200);   // /proc reads per sweep, bounded
 
 struct LocalRegistry {
   std::mutex mu;
@@ -22,6 +25,22 @@ struct LocalRegistry {
 LocalRegistry& registry() {
   static LocalRegistry* r = new LocalRegistry;   // never destroyed: publishers may outlive statics
   return *r;
+}
+
+// The start time of process `pid` (field 22 of /proc/<pid>/stat), or "" when it is gone.
+std::string process_start(std::uint32_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!in || !std::getline(in, stat)) return "";
+  auto paren = stat.rfind(')');   // the command name may hold spaces and parentheses
+  if (paren == std::string::npos) return "";
+  std::istringstream fields(stat.substr(paren + 2));
+  std::string f;
+  for (int i = 3; i <= 22 && fields >> f; ++i) {
+    if (i == 3 && f == "Z") return "";   // a zombie maps nothing any more
+    if (i == 22) return f;
+  }
+  return "";
 }
 
 }  // namespace
@@ -36,17 +55,24 @@ struct WeightPublisher::State {
     WeightSetPtr set;
     std::uint64_t region = 0;
     Clock::time_point expires;
+    std::uint32_t pid = 0;          // a mapping holder: held while this process lives
+    std::string started;            // its start time (a reused pid is another process)
   };
   std::shared_ptr<detail::weights::BufferPool> pool;
   mutable std::mutex mu;
   WeightSetPtr latest;
   std::map<std::uint64_t, std::weak_ptr<const WeightSet>> versions;   // every version not yet freed
   std::map<std::pair<std::uint64_t, std::string>, Hold> holds;
+  Clock::time_point next_liveness_check;   // holders' processes are looked up at most this often
 
   void sweep_locked() {
     auto now = Clock::now();
+    bool check_pids = now >= next_liveness_check;
+    if (check_pids) next_liveness_check = now + kLivenessEvery;
     for (auto it = holds.begin(); it != holds.end();) {
-      if (it->second.expires > now) { ++it; continue; }
+      const Hold& h = it->second;
+      bool live = h.pid != 0 ? !check_pids || process_start(h.pid) == h.started : h.expires > now;
+      if (live) { ++it; continue; }
       it = holds.erase(it);   // its region ends by the data plane's own lease (same length)
     }
     for (auto it = versions.begin(); it != versions.end();) {
@@ -132,14 +158,17 @@ void WeightPublisher::clear() {
   dropped = std::move(state_->latest);
 }
 
-std::uint64_t WeightPublisher::hold(WeightSetPtr set, const std::string& subscriber, std::uint64_t region) {
+std::uint64_t WeightPublisher::hold(WeightSetPtr set, const std::string& subscriber, std::uint64_t region,
+                                    std::uint32_t holder_pid) {
+  std::string started = holder_pid != 0 ? process_start(holder_pid) : std::string();
+  if (holder_pid != 0 && started.empty()) holder_pid = 0;   // not a process here: a lease then
   WeightSetPtr replaced_set;
   std::lock_guard lock(state_->mu);
   state_->sweep_locked();
   auto& h = state_->holds[{set->version(), subscriber}];
   std::uint64_t replaced = h.region;   // a repeated pull replaces the old hold
   replaced_set = std::move(h.set);
-  h = {std::move(set), region, Clock::now() + opts_.hold_lease};
+  h = {std::move(set), region, Clock::now() + opts_.hold_lease, holder_pid, std::move(started)};
   return replaced;
 }
 

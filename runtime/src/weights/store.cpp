@@ -35,6 +35,9 @@ WeightStore::WeightStore() : publisher_(WeightPublisher::create()) {}
 WeightStore::WeightStore(std::uint8_t compression, std::int64_t hold_lease_ms)
     : publisher_(WeightPublisher::create(options_of(compression, hold_lease_ms))) {}
 
+WeightStore::WeightStore(std::uint8_t compression, std::int64_t hold_lease_ms, bool relay_maps)
+    : publisher_(WeightPublisher::create(options_of(compression, hold_lease_ms))), relay_maps_(relay_maps) {}
+
 WeightStore::~WeightStore() = default;
 
 std::uint64_t WeightStore::publish(std::uint64_t version, std::vector<NamedTensor> tensors) {
@@ -77,7 +80,9 @@ WeightManifest WeightStore::manifest(std::uint64_t version, std::string subscrib
   tp::ExposeOptions opts;
   opts.lease = publisher_->options().hold_lease;   // DP-1 (b) ends with the hold's lease
   auto d = tp::DataPlane::instance().expose(set->wire(), opts);
-  if (auto replaced = publisher_->hold(set, subscriber, d.region)) tp::DataPlane::instance().release(replaced);
+  // A subscriber on this host that maps the version keeps it while it lives (WS-2), however long.
+  std::uint32_t holder = caller.map && caller.host == m.origin.host ? caller.pid : 0;
+  if (auto replaced = publisher_->hold(set, subscriber, d.region, holder)) tp::DataPlane::instance().release(replaced);
   m.descriptor = tp::encode(d);
   return m;
 }
@@ -90,7 +95,9 @@ std::uint64_t WeightStore::follow(std::vector<ActorRef<WeightStore>> sources, st
   std::vector<std::uint64_t> ids;
   for (const auto& s : sources) ids.push_back(s.id());
   if (!relay_ || ids != relay_sources_) {
-    relay_ = std::make_unique<WeightSubscriber>(std::move(sources));
+    SubscriberOptions opts;
+    opts.map_shared = relay_maps_;
+    relay_ = std::make_unique<WeightSubscriber>(std::move(sources), opts);
     relay_sources_ = std::move(ids);
   }
   auto set = relay_->update(version);

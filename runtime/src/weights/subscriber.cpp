@@ -1,7 +1,11 @@
-// WeightSubscriber: manifest -> bucketed, pipelined UCX gets into a pooled shared-memory buffer,
-// each bucket hashed while the next is in flight -> checksum compared (WS-1) -> swap.
+// WeightSubscriber: manifest -> (same host) a read-only mapping of the publisher's version, or a
+// copy: from a mapping, chunks copied and hashed in cache on two threads; otherwise bucketed,
+// pipelined UCX gets into a pooled shared-memory buffer, each bucket hashed while the next is in
+// flight -> checksum compared (WS-1) -> swap.
 #include <atomic>
+#include <cstring>
 #include <future>
+#include <thread>
 
 #include "transport/data_plane.hpp"
 #include "troupe/weight_store.hpp"
@@ -49,6 +53,36 @@ std::uint64_t fetch_checked(const tp::TensorDescriptor& d, const TensorView& wir
     sum = checksum_update(sum, base + off, len, off);
     if (opts.on_progress) opts.on_progress(off + len, total);   // may throw: `next` is joined by its destructor
   }
+  return sum;
+}
+
+// Copies `total` bytes from a mapping of the publisher's buffer into `dst`, hashing each 1 MiB
+// chunk right after copying it (still in cache: one pass over memory, not two), on two threads.
+// Progress is reported from this thread; if the callback throws, the other thread stops too.
+std::uint64_t copy_checked(const char* src, char* dst, std::size_t total, const SubscriberOptions& opts) {
+  const std::size_t chunks = (total + kChecksumChunk - 1) / kChecksumChunk;
+  std::vector<std::uint64_t> hashes(chunks);
+  std::atomic<bool> stop{false};
+  auto work = [&](std::size_t first, bool report) {
+    for (std::size_t i = first; i < chunks && !stop.load(std::memory_order_relaxed); i += 2) {
+      std::size_t off = i * kChecksumChunk, len = std::min(kChecksumChunk, total - off);
+      std::memcpy(dst + off, src + off, len);
+      hashes[i] = checksum_chunk(dst + off, len, i);
+      if (report && opts.on_progress) opts.on_progress(off + len, total);
+    }
+  };
+  std::thread other(work, std::size_t(1), false);
+  try {
+    work(0, true);
+  } catch (...) {
+    stop = true;
+    other.join();
+    throw;
+  }
+  other.join();
+  std::uint64_t sum = checksum_init(total);
+  for (auto h : hashes) sum = checksum_fold(sum, h);
+  if (opts.on_progress) opts.on_progress(total, total);
   return sum;
 }
 
@@ -111,6 +145,11 @@ WeightSetPtr WeightSubscriber::pull_from(const ActorRef<WeightStore>& source, st
   const auto deadline = Clock::now() + opts_.timeout;
   auto have = current();
   WeightOrigin me = opts_.allow_local ? WeightOrigin::self() : WeightOrigin{};
+  if (opts_.map_shared) {
+    me = WeightOrigin::self();
+    me.map = true;
+    if (!opts_.allow_local) me.nonce = 0;   // never taken for the store's own process
+  }
   auto reply = source.with_timeout(opts_.timeout)
                    .call(&WeightStore::manifest, version, id_, me, have ? have->version() : 0)
                    .result();
@@ -128,16 +167,39 @@ WeightSetPtr WeightSubscriber::pull_from(const ActorRef<WeightStore>& source, st
     return set;
   }
   struct Release {   // ends the publisher's hold whatever happens (not waited for)
-    const ActorRef<WeightStore>& src; std::uint64_t v; const std::string& id;
-    ~Release() { (void)src.call(&WeightStore::release, v, id); }
+    const ActorRef<WeightStore>& src; std::uint64_t v; const std::string& id; bool armed = true;
+    ~Release() { if (armed) (void)src.call(&WeightStore::release, v, id); }
   } release{source, m.version, id_};
   check_entries(m);
   std::uint64_t sum = 0;
-  TensorView wire = pool_->get(m.wire_bytes);
+  TensorView wire;
   try {
     auto d = tp::decode_descriptor(m.descriptor);
     if (d.nbytes != m.wire_bytes) fail(WeightError::Kind::Transfer, "descriptor size does not match the manifest");
-    sum = fetch_checked(d, wire, opts_.bucket_bytes, deadline, opts_);
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    TensorView mapped = m.origin.host == WeightOrigin::self().host && left.count() > 0
+                            ? tp::DataPlane::instance().map(d, left) : TensorView{};
+    if (mapped.data != nullptr && opts_.map_shared) {
+      if (opts_.verify_mapped) sum = weight_checksum(mapped.data, m.wire_bytes);
+      else sum = m.checksum;   // written once and never again while held (see SubscriberOptions)
+      if (opts_.on_progress) opts_.on_progress(m.wire_bytes, m.wire_bytes);
+      // The hold ends when the last view of this version here is dropped.
+      release.armed = false;
+      std::shared_ptr<void> hold(mapped.data, [pin = mapped.keep_alive, src = source, v = m.version, id = id_](void*) mutable {
+        pin.reset();
+        try {
+          (void)src.call(&WeightStore::release, v, id);
+        } catch (...) {   // the runtime is going away: the store sees this process end instead
+        }
+      });
+      wire = TensorView::wrap(mapped.data, DType::U8, {std::int64_t(m.wire_bytes)}, std::move(hold));
+    } else if (mapped.data != nullptr) {
+      wire = pool_->get(m.wire_bytes);
+      sum = copy_checked(static_cast<const char*>(mapped.data), static_cast<char*>(wire.data), m.wire_bytes, opts_);
+    } else {
+      wire = pool_->get(m.wire_bytes);
+      sum = fetch_checked(d, wire, opts_.bucket_bytes, deadline, opts_);
+    }
   } catch (const tp::TransportError& e) {
     fail(WeightError::Kind::Transfer, std::string("transfer: ") + e.what());
   }
