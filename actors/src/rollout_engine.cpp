@@ -14,6 +14,8 @@ struct RolloutEngine::Impl {
   RolloutConfig config;
   Policy policy;
   std::int64_t version = 0;
+  std::unique_ptr<WeightSubscriber> weights;   // pull_weights(): the store it follows
+  std::uint64_t weights_store = 0;
   explicit Impl(RolloutConfig c) : config(std::move(c)), policy(config.policy) {}
 };
 
@@ -49,6 +51,20 @@ std::int64_t RolloutEngine::update_weights(Weights weights) {
     named.emplace_back(weights.names[i], weights.tensors[i]);
   impl_->policy.adopt(named);
   impl_->version = weights.version;
+  return impl_->version;
+}
+
+std::int64_t RolloutEngine::pull_weights(ActorRef<WeightStore> store) {
+  if (!impl_->weights || impl_->weights_store != store.id()) {
+    impl_->weights = std::make_unique<WeightSubscriber>(store);
+    impl_->weights_store = store.id();
+  }
+  auto set = impl_->weights->update();
+  NamedTensors named;
+  named.reserve(set->tensors().size());
+  for (const auto& t : set->tensors()) named.emplace_back(t.name, t.tensor);   // views: their keep_alive holds the version
+  impl_->policy.adopt(named);
+  impl_->version = std::int64_t(set->version()) - kStoreVersionOffset;
   return impl_->version;
 }
 

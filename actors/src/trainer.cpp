@@ -110,6 +110,15 @@ std::int64_t Trainer::sync_to(ActorRef<RolloutEngine> rollout) {
   return rollout.call(&RolloutEngine::update_weights, weights()).get();
 }
 
+std::int64_t Trainer::publish_to(ActorRef<WeightStore> store) {
+  const auto v = std::uint64_t(impl_->version + kStoreVersionOffset);
+  if (store.call(&WeightStore::latest_version).get() >= v) return impl_->version;   // already there
+  std::vector<NamedTensor> named;
+  for (auto& [name, p] : impl_->policy.parameters()) named.push_back({name, to_view(p)});
+  store.call(&WeightStore::publish, v, std::move(named)).get();   // copied before this returns
+  return impl_->version;
+}
+
 std::int64_t Trainer::policy_version() { return impl_->version; }
 
 void Trainer::save_checkpoint(std::string dir) {

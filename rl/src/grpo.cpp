@@ -80,13 +80,14 @@ Grpo::Grpo(Runtime& rt, GrpoConfig config) : rt_(rt), config_(std::move(config))
 
 void Grpo::spawn_actors() {
   Options trainer = Options{}.name("trainer"), rollout = Options{}.name("rollout"),
-          reference = Options{}.name("reference"), reward = Options{}.name("reward");
+          reference = Options{}.name("reference"), reward = Options{}.name("reward"), weights = Options{}.name("weights");
   if (config_.worker_processes) {
     const int cpus = std::max(config_.trainer_threads, config_.rollout_threads);
     group_ = rt_.placement_group({"CPU=" + std::to_string(cpus)}, "PACK", "grpo");
     if (!group_->ready(std::chrono::seconds(60))) throw std::runtime_error("grpo: no node has room for the trainer's bundle");
     trainer.bundle(*group_, 0, /*colocate=*/true);
     rollout.bundle(*group_, 0, /*colocate=*/true);
+    weights.bundle(*group_, 0, /*colocate=*/true);   // with the trainer: publishing is one copy, pulling none
     reference.process(true);
     reward.process(true);
   }
@@ -94,6 +95,7 @@ void Grpo::spawn_actors() {
   rollout_ = rt_.spawn<actors::RolloutEngine>(rollout, actors::RolloutConfig{config_.policy, config_.rollout_threads, true});
   reference_ = rt_.spawn<actors::Reference>(reference, actors::ReferenceConfig{config_.policy, "", config_.reference_threads});
   reward_ = rt_.spawn<actors::Reward>(reward, actors::RewardConfig{task_->verifier(), 0.0f});
+  weights_ = rt_.spawn<WeightStore>(weights);
 }
 
 Grpo::~Grpo() {
@@ -101,6 +103,7 @@ Grpo::~Grpo() {
   rt_.kill(rollout_);
   rt_.kill(reference_);
   rt_.kill(reward_);
+  rt_.kill(weights_);
   if (group_) group_->remove();
 }
 
@@ -177,7 +180,12 @@ actors::TrainMetrics Grpo::update(const actors::RolloutBatch& rollout, const Ten
   return m;
 }
 
-void Grpo::sync_weights() { state_.policy_version = trainer_.call(&actors::Trainer::sync_to, rollout_).get(); }
+// Through the versioned weight store: the trainer publishes, the rollout engine pulls (colocated:
+// no copy beyond the publish).
+void Grpo::sync_weights() {
+  trainer_.call(&actors::Trainer::publish_to, weights_).get();
+  state_.policy_version = rollout_.call(&actors::RolloutEngine::pull_weights, weights_).get();
+}
 
 namespace {
 

@@ -135,6 +135,29 @@ TEST_CASE("every rollout row carries the policy version it was sampled with (RL-
   CHECK(after.prompt_len == 2);
 }
 
+TEST_CASE("weights go trainer -> weight store -> rollout engine, version tagged, identical bytes") {
+  auto rt = troupe::Runtime::create();
+  auto trainer = rt.spawn<Trainer>(troupe::Options{}, TrainerConfig{tiny_policy(), OptimConfig{}, 1});
+  auto rollout = rt.spawn<RolloutEngine>(troupe::Options{}, RolloutConfig{tiny_policy(), 1, true});
+  auto store = rt.spawn<troupe::WeightStore>(troupe::Options{});
+  CHECK(trainer.call(&Trainer::publish_to, store).get() == 0);
+  CHECK(trainer.call(&Trainer::publish_to, store).get() == 0);   // already there: not published twice
+  CHECK(rollout.call(&RolloutEngine::pull_weights, store).get() == 0);
+  trainer.call(&Trainer::train_step, copy_batch(4)).get();
+  CHECK(trainer.call(&Trainer::publish_to, store).get() == 1);
+  CHECK(store.call(&troupe::WeightStore::latest_version).get() == 1 + std::uint64_t(kStoreVersionOffset));
+  CHECK(rollout.call(&RolloutEngine::pull_weights, store).get() == 1);
+  GenerateRequest req{{{1, 2}, {3}}, 2, SamplingParams{1.0f, 1.0f, 4, 7, 11}};
+  CHECK(rollout.call(&RolloutEngine::generate, req).get().policy_version == std::vector<std::int64_t>(4, 1));
+  // The engine serves exactly the trainer's parameters: same samples as an engine given them directly.
+  auto direct = rt.spawn<RolloutEngine>(troupe::Options{}, RolloutConfig{tiny_policy(), 1, true});
+  direct.call(&RolloutEngine::update_weights, trainer.call(&Trainer::weights).get()).get();
+  auto a = rollout.call(&RolloutEngine::generate, req).get(), b = direct.call(&RolloutEngine::generate, req).get();
+  REQUIRE(a.logprobs.numel() == b.logprobs.numel());
+  for (std::int64_t i = 0; i < a.logprobs.numel(); ++i) CHECK(a.logprobs.data_as<float>()[i] == b.logprobs.data_as<float>()[i]);
+  CHECK(a.responses == b.responses);
+}
+
 TEST_CASE("the reference scores a batch with the logprobs its sampler reported") {
   auto rt = troupe::Runtime::create();
   auto rollout = rt.spawn<RolloutEngine>(troupe::Options{}, RolloutConfig{tiny_policy(), 1, true});

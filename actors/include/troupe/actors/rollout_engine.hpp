@@ -7,8 +7,12 @@
 #include <memory>
 
 #include "troupe/actors/types.hpp"
+#include "troupe/weight_store.hpp"
 
 namespace troupe::actors {
+
+// A policy version v is published to a WeightStore as store version v + 1 (store versions start at 1).
+inline constexpr std::int64_t kStoreVersionOffset = 1;
 
 struct RolloutConfig {
   PolicyConfig policy;
@@ -29,6 +33,10 @@ class RolloutEngine {
   // swap, no copy): the publisher must not write them afterwards (Trainer::weights() hands out a
   // snapshot for this reason). Throws on a missing or misshapen tensor. Returns the new version.
   std::int64_t update_weights(Weights weights);
+  // Pulls the latest version from `store` (WeightSubscriber: a reference in one process, a
+  // read-only mapping on one host, a checked copy across hosts) and serves it from the next batch
+  // on. Returns the policy version it now serves (store version - kStoreVersionOffset).
+  std::int64_t pull_weights(ActorRef<WeightStore> store);
   std::int64_t policy_version();
 
  private:
@@ -38,4 +46,4 @@ class RolloutEngine {
 
 }  // namespace troupe::actors
 
-TROUPE_ACTOR(troupe::actors::RolloutEngine, generate, update_weights, policy_version);
+TROUPE_ACTOR(troupe::actors::RolloutEngine, generate, update_weights, pull_weights, policy_version);

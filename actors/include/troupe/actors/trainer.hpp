@@ -9,6 +9,7 @@
 
 #include "troupe/actors/rollout_engine.hpp"
 #include "troupe/actors/types.hpp"
+#include "troupe/weight_store.hpp"
 
 namespace troupe::actors {
 
@@ -36,6 +37,10 @@ class Trainer {
   // returns the version it now serves. Colocated in one process this is a pointer swap with no
   // copy and no hop through the driver; otherwise one transfer, trainer to engine.
   std::int64_t sync_to(ActorRef<RolloutEngine> rollout);
+  // Publishes the current parameters to `store` as store version policy_version() + 1 (store
+  // versions start at 1; see kStoreVersionOffset), unless it already holds that version. One
+  // copy into the store's buffer; returns the policy version published.
+  std::int64_t publish_to(ActorRef<WeightStore> store);
   std::int64_t policy_version();
 
   // Checkpoint: <dir>/policy.safetensors and <dir>/optimizer.safetensors (version and optimizer
@@ -51,5 +56,5 @@ class Trainer {
 
 }  // namespace troupe::actors
 
-TROUPE_ACTOR(troupe::actors::Trainer, train_step, weights, set_optimizer, sync_to, policy_version,
+TROUPE_ACTOR(troupe::actors::Trainer, train_step, weights, set_optimizer, sync_to, publish_to, policy_version,
              save_checkpoint, load_checkpoint, save_weights);

@@ -141,6 +141,7 @@ class Grpo {
   RunState state_;
   ActorRef<actors::Trainer> trainer_;
   ActorRef<actors::RolloutEngine> rollout_;
+  ActorRef<WeightStore> weights_;   // the trainer publishes each version here; the rollout pulls it
   ActorRef<actors::Reference> reference_;
   ActorRef<actors::Reward> reward_;
   std::optional<PlacementGroup> group_;   // worker_processes only; removed with the Grpo
