@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <stdexcept>
 
 #include "troupe/actors/objective.hpp"
 #include "troupe/actors/optimizer.hpp"
@@ -112,7 +113,12 @@ std::int64_t Trainer::sync_to(ActorRef<RolloutEngine> rollout) {
 
 std::int64_t Trainer::publish_to(ActorRef<WeightStore> store) {
   const auto v = std::uint64_t(impl_->version + kStoreVersionOffset);
-  if (store.call(&WeightStore::latest_version).get() >= v) return impl_->version;   // already there
+  const auto latest = store.call(&WeightStore::latest_version).get();
+  if (latest == v) return impl_->version;   // already there
+  if (latest > v) {   // e.g. a checkpoint of an older version was loaded: the engine would keep newer weights
+    throw std::invalid_argument("publish_to: the store holds version " + std::to_string(latest) +
+                                ", newer than this trainer's " + std::to_string(v) + "; use a fresh store");
+  }
   std::vector<NamedTensor> named;
   for (auto& [name, p] : impl_->policy.parameters()) named.push_back({name, to_view(p)});
   store.call(&WeightStore::publish, v, std::move(named)).get();   // copied before this returns

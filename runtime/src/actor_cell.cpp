@@ -148,7 +148,15 @@ void ActorCell::send_remote(std::uint64_t seq, const RemoteBinding& b, const std
   wc.method = method;
   wc.args = std::move(wp.bytes);
   wc.tensors = std::move(wp.tensors);
-  if (b.channel && b.channel->send(wc)) return;
+  if (b.channel && b.channel->send(wc)) {
+    std::lock_guard lk(mu_);
+    if (auto it = remote_->calls.find(seq); it != remote_->calls.end()) it->second.on_channel = true;
+    return;
+  }
+  {
+    std::lock_guard lk(mu_);
+    if (auto it = remote_->calls.find(seq); it != remote_->calls.end()) it->second.on_channel = false;
+  }
   caf::anon_send(b.host, std::move(wc));   // no channel (or it broke): through the middleman
 }
 
@@ -193,6 +201,41 @@ void ActorCell::unbind(std::uint64_t incarnation, const std::string& reason) {
   for (auto& s : failed) {
     if (s->call_link.has_deadline) timer_->cancel(s->call_link.deadline);
     s->fail(Error{ErrorCode::ActorDied, label_ + " " + reason});
+  }
+}
+
+void ActorCell::drop_channel(const cluster::CallChannel* channel, const std::string& reason) {
+  std::vector<std::shared_ptr<StateBase>> failed;
+  std::vector<std::uint64_t> regions;
+  {
+    std::lock_guard send(remote_->send_mu);
+    std::vector<std::pair<std::uint64_t, std::pair<std::string, Payload>>> resend;
+    std::optional<RemoteBinding> b;
+    {
+      std::lock_guard lk(mu_);
+      if (!remote_->binding || remote_->binding->channel.get() != channel) return;
+      remote_->binding->channel.reset();
+      b = remote_->binding;
+      std::vector<std::uint64_t> give_up;
+      for (auto& [seq, rc] : remote_->calls) {
+        if (!rc.sent || !rc.on_channel) continue;
+        regions.insert(regions.end(), rc.regions.begin(), rc.regions.end());
+        rc.regions.clear();
+        if (rc.attempts <= remote_->settings.max_retries) resend.push_back({seq, {rc.method, rc.args}});
+        else give_up.push_back(seq);
+      }
+      for (auto seq : give_up) {
+        if (auto st = remote_->states[seq].lock()) {
+          if (auto s = unlink(*st, &regions)) failed.push_back(std::move(s));
+        }
+      }
+    }
+    for (auto& [seq, m] : resend) send_remote(seq, *b, m.first, m.second);   // in submission order
+  }
+  release_regions(regions);
+  for (auto& s : failed) {
+    if (s->call_link.has_deadline) timer_->cancel(s->call_link.deadline);
+    s->fail(Error{ErrorCode::Unavailable, label_ + " " + reason + " (the call may have run)"});
   }
 }
 

@@ -90,6 +90,10 @@ class ActorCell : public std::enable_shared_from_this<ActorCell> {
   // Remote: the process hosting incarnation `incarnation` died or was replaced. Calls sent to it
   // are retried (max_retries) or fail with ActorDied; later calls queue until bind().
   void unbind(std::uint64_t incarnation, const std::string& reason);
+  // The binding's call channel `channel` broke with the actor possibly alive: the binding goes on
+  // through the middleman; calls whose attempt went over that channel get no reply from it, so
+  // they are resent when max_retries allows, else fail with Unavailable (they may have run).
+  void drop_channel(const cluster::CallChannel* channel, const std::string& reason);
   std::optional<RemoteBinding> binding() const;
   // Remote: a reply arrived (on the router's thread). Pulls its tensors and completes the call.
   void on_reply(const WireReply& r);
@@ -109,6 +113,7 @@ class ActorCell : public std::enable_shared_from_this<ActorCell> {
     Payload args;
     int attempts = 0;
     bool sent = false;
+    bool on_channel = false;              // this attempt went over the binding's call channel
     std::vector<std::uint64_t> regions;   // argument tensors exposed for this attempt
   };
   struct Remote {

@@ -91,8 +91,10 @@ class WeightPublisher {
   // it replaced (the same subscriber pulling the same version again), 0 if none.
   // With `holder_pid` (a process on this host that maps the version in place) the hold has no
   // lease: it lasts until release() or that process's death.
+  // Returns the replaced hold's region; `*lifetime` (if given) tells whether the hold is tied to
+  // the holder's process (false: a lease, e.g. when its process cannot be seen from here).
   std::uint64_t hold(WeightSetPtr set, const std::string& subscriber, std::uint64_t region,
-                     std::uint32_t holder_pid = 0);
+                     std::uint32_t holder_pid = 0, bool* lifetime = nullptr);
   // Ends the hold; returns its data-plane region (0 if none) for the caller to release.
   std::uint64_t release(std::uint64_t version, const std::string& subscriber);
   void sweep();   // ends expired holds (also done by every other call)

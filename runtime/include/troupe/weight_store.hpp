@@ -28,8 +28,9 @@ struct SubscriberOptions {
   std::size_t idle_buffers = 2;                       // freed receive buffers kept for reuse
   // false: take the copy path even from a store in this process (tests, benchmarks).
   bool allow_local = true;
-  // A store in another process on this host: map its version read-only in place (no copy; the
-  // store keeps it, unchanged, until this subscriber drops it or dies) instead of copying it.
+  // A store in another process on this host: map its version in place (no copy; the store keeps
+  // it, unchanged, until this subscriber drops it or dies) instead of copying it. The mapping is
+  // the publisher's memory, shared with every other mapper: never write through its views.
   // Falls back to copying where the memory cannot be mapped (other hosts, TCP-only UCX).
   bool map_shared = true;
   // Hash a mapped version before use. Off by default: a published version is written once,

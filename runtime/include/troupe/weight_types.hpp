@@ -83,8 +83,11 @@ struct WeightManifest {
   std::uint64_t publisher_key = 0;
   bool local = false;
   std::vector<char> descriptor;
+  // The caller asked to map (WeightOrigin::map) and its hold lasts while its process lives: only
+  // then may it map the version instead of copying it.
+  bool held_while_alive = false;
   MSGPACK_DEFINE(version, checksum, compression, wire_bytes, entries, origin, publisher_key, local,
-                 descriptor);
+                 descriptor, held_while_alive);
 };
 
 // The 64-bit checksum of a version's wire image: XXH64 of each 1 MiB chunk (seed = chunk

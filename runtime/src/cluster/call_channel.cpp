@@ -28,6 +28,9 @@ constexpr std::uint32_t kMaxHandshakeFrame = 4096;          // before the token 
 constexpr std::uint32_t kMaxFrame = 0xFFFFFFF0u;            // after: calls may carry big msgpack args
 constexpr std::size_t kMaxConnections = 256;
 constexpr auto kHandshakeTimeout = std::chrono::seconds(5);
+// A peer that stops reading (frozen, partitioned) blocks a write at most this long; the
+// connection is then given up (the caller's calls go through the middleman, see ClusterClient).
+constexpr auto kSendTimeout = std::chrono::seconds(10);
 
 // ---- socket helpers --------------------------------------------------------------------
 
@@ -67,7 +70,9 @@ bool read_frame(int fd, std::uint32_t max, char& kind, std::vector<char>& body) 
 }
 
 // A frame whose first 5 bytes are reserved for the header; fills them in.
+// Throws std::length_error for a body the u32 length cannot describe (the caller falls back).
 void seal(std::vector<char>& frame, char kind) {
+  if (frame.size() - 4 > kMaxFrame) throw std::length_error("call channel: frame too large");
   std::uint32_t n = std::uint32_t(frame.size() - 4);
   for (int i = 0; i < 4; ++i) frame[i] = char((n >> (8 * i)) & 0xFF);
   frame[4] = kind;
@@ -85,12 +90,14 @@ void set_nodelay(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-void set_recv_timeout(int fd, std::chrono::milliseconds t) {
+void set_timeout(int fd, int option, std::chrono::milliseconds t) {
   timeval tv{};
   tv.tv_sec = t.count() / 1000;
   tv.tv_usec = (t.count() % 1000) * 1000;
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(fd, SOL_SOCKET, option, &tv, sizeof tv);
 }
+void set_recv_timeout(int fd, std::chrono::milliseconds t) { set_timeout(fd, SO_RCVTIMEO, t); }
+void set_send_timeout(int fd, std::chrono::milliseconds t) { set_timeout(fd, SO_SNDTIMEO, t); }
 
 // ---- msgpack bodies ----------------------------------------------------------------------
 
@@ -137,7 +144,7 @@ T as(const msgpack::object& o) {
 }
 
 msgpack::object_handle unpack(const char* data, std::size_t size) {
-  static const msgpack::unpack_limit kLimits(/*array*/ 1u << 20, /*map*/ 16, /*str*/ 1u << 20,
+  static const msgpack::unpack_limit kLimits(/*array*/ 1u << 20, /*map*/ 16, /*str*/ 1u << 30,
                                              /*bin*/ 0xFFFFFFFFu, /*ext*/ 0, /*depth*/ 4);
   try {
     std::size_t off = 0;
@@ -221,9 +228,18 @@ struct CallServer::Connection : detail::ReplySink {
   ~Connection() override { ::close(fd); }
 
   void reply(const detail::WireReply& r) override {
-    auto frame = encode_reply(r);
+    std::vector<char> frame;
+    try {
+      frame = encode_reply(r);
+    } catch (const std::length_error&) {   // a result over 4 GiB of msgpack: an error instead
+      detail::WireReply e{r.actor_id, r.incarnation, r.seq, static_cast<std::int32_t>(ErrorCode::MethodFailed),
+                          "the result is too large for one reply (over 4 GiB of encoded bytes)", {}, {}, {}};
+      frame = encode_reply(e);
+    }
     std::lock_guard lk(write_mu);
-    write_all(fd, frame.data(), frame.size());   // a caller that went away misses its reply
+    // A caller that went away (or stopped reading past kSendTimeout) misses its reply; a partial
+    // frame would desynchronise the stream, so the connection ends and the caller sees it break.
+    if (!write_all(fd, frame.data(), frame.size())) ::shutdown(fd, SHUT_RDWR);
   }
 };
 
@@ -281,14 +297,17 @@ void CallServer::accept_loop() {
     socklen_t len = sizeof peer;
     int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_CLOEXEC);
     if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      std::lock_guard lk(mu_);
-      if (stopping_) return;
-      if (errno == EMFILE || errno == ENFILE) {   // out of descriptors: back off, keep serving
+      int err = errno;
+      if (err == EINTR || err == ECONNABORTED) continue;
+      {
+        std::lock_guard lk(mu_);
+        if (stopping_) return;
+      }
+      if (err == EMFILE || err == ENFILE) {   // out of descriptors: back off, keep serving
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
         continue;
       }
-      spdlog::error("call server {}: accept: {}", address_, std::strerror(errno));
+      spdlog::error("call server {}: accept: {}", address_, std::strerror(err));
       return;
     }
     char ip[INET_ADDRSTRLEN] = "?";
@@ -328,6 +347,7 @@ void CallServer::serve(const std::shared_ptr<Connection>& conn) {
     return;
   }
   set_recv_timeout(conn->fd, std::chrono::milliseconds(0));
+  set_send_timeout(conn->fd, kSendTimeout);   // a caller that stops reading loses its connection
   set_nodelay(conn->fd);
   {
     auto f = small_frame(kOk, "");
@@ -369,7 +389,8 @@ void CallServer::serve(const std::shared_ptr<Connection>& conn) {
 // ---- caller side ----------------------------------------------------------------------------
 
 std::shared_ptr<CallChannel> CallChannel::open(const std::string& address, const std::string& token,
-                                               ReplyHandler on_reply, std::chrono::milliseconds timeout) {
+                                               ReplyHandler on_reply, BrokenHandler on_broken,
+                                               std::chrono::milliseconds timeout) {
   std::string host;
   std::uint16_t port = 0;
   try {
@@ -418,20 +439,29 @@ std::shared_ptr<CallChannel> CallChannel::open(const std::string& address, const
     return nullptr;
   }
   set_recv_timeout(fd, std::chrono::milliseconds(0));
-  std::shared_ptr<CallChannel> ch(new CallChannel(fd, std::move(on_reply)));
-  ch->reader_ = std::thread([raw = ch.get()] { raw->read_loop(); });
+  set_send_timeout(fd, kSendTimeout);
+  std::shared_ptr<CallChannel> ch(new CallChannel(fd, std::move(on_reply), std::move(on_broken)));
+  // The reader keeps its channel alive: a reply handler may drop every other reference.
+  ch->reader_ = std::thread([self = ch] { self->read_loop(); });
   return ch;
 }
 
-CallChannel::CallChannel(int fd, ReplyHandler on_reply) : fd_(fd), on_reply_(std::move(on_reply)) {}
+CallChannel::CallChannel(int fd, ReplyHandler on_reply, BrokenHandler on_broken)
+    : fd_(fd), on_reply_(std::move(on_reply)), on_broken_(std::move(on_broken)) {}
 
 CallChannel::~CallChannel() {
   close();
+  if (reader_.joinable()) reader_.detach();   // destroyed by its own reader, on its way out
   ::close(fd_);
 }
 
 bool CallChannel::send(const detail::WireCall& c) {
-  auto frame = encode_call(c);
+  std::vector<char> frame;
+  try {
+    frame = encode_call(c);
+  } catch (const std::length_error&) {
+    return false;   // too large for a frame: the middleman takes it
+  }
   std::lock_guard lk(write_mu_);
   if (broken_) return false;
   if (!write_all(fd_, frame.data(), frame.size())) broken_ = true;
@@ -449,6 +479,7 @@ void CallChannel::close() {
   {
     std::lock_guard lk(write_mu_);
     broken_ = true;
+    closed_ = true;
   }
   ::shutdown(fd_, SHUT_RDWR);
   if (reader_.joinable() && reader_.get_id() != std::this_thread::get_id()) reader_.join();
@@ -466,11 +497,23 @@ void CallChannel::read_loop() {
       spdlog::warn("call channel: {}; closing", e.what());
       break;
     }
-    on_reply_(r);
+    try {
+      on_reply_(r);
+    } catch (const std::exception& e) {   // a continuation threw: the channel goes on
+      spdlog::error("call channel: a reply handler threw: {}", e.what());
+    } catch (...) {
+      spdlog::error("call channel: a reply handler threw");
+    }
   }
-  std::lock_guard lk(write_mu_);
-  broken_ = true;
-  ::shutdown(fd_, SHUT_RDWR);
+  bool closed_here;
+  {
+    std::lock_guard lk(write_mu_);
+    closed_here = closed_;
+    broken_ = true;
+    ::shutdown(fd_, SHUT_RDWR);
+  }
+  // Calls written on this connection will get no reply here: whoever owns them is told.
+  if (on_broken_) on_broken_(closed_here);
 }
 
 }  // namespace troupe::cluster

@@ -94,30 +94,37 @@ class CallChannel {
  public:
   // Runs on the channel's reader thread for every reply.
   using ReplyHandler = std::function<void(detail::WireReply&)>;
+  // Runs once on the reader thread when the connection ends (EOF, error, a bad frame, close()):
+  // calls written on it will get no reply. The argument: whether this side had closed it already.
+  using BrokenHandler = std::function<void(bool closed_here)>;
 
   // Connects and presents the token; null (the reason logged) if the worker cannot be reached
-  // within `timeout` or refuses.
+  // within `timeout` or refuses. The reader thread holds the channel until the connection ends.
   static std::shared_ptr<CallChannel> open(const std::string& address, const std::string& token,
-                                           ReplyHandler on_reply, std::chrono::milliseconds timeout);
+                                           ReplyHandler on_reply, BrokenHandler on_broken,
+                                           std::chrono::milliseconds timeout);
   ~CallChannel();   // close()
   CallChannel(const CallChannel&) = delete;
   CallChannel& operator=(const CallChannel&) = delete;
 
-  // Writes the call on the caller's own thread. False once the connection is broken (the
-  // caller then sends it another way).
+  // Writes the call on the caller's own thread (a peer that stops reading blocks it at most
+  // 10 s, then the connection is given up). False once the connection is broken or the call is too
+  // large for a frame (the caller then sends it another way).
   bool send(const detail::WireCall& c);
   bool broken() const;
   // Shuts the connection and joins the reader. Idempotent; not from a reply handler.
   void close();
 
  private:
-  CallChannel(int fd, ReplyHandler on_reply);
+  CallChannel(int fd, ReplyHandler on_reply, BrokenHandler on_broken);
   void read_loop();
 
   int fd_;
   ReplyHandler on_reply_;
+  BrokenHandler on_broken_;
   mutable std::mutex write_mu_;
   bool broken_ = false;   // guarded by write_mu_
+  bool closed_ = false;   // close() was called (guarded by write_mu_)
   std::thread reader_;
 };
 

@@ -15,6 +15,9 @@ namespace {
 
 using json = nlohmann::json;
 using monitor_atom = caf::atom_constant<caf::atom("tr_mon")>;
+// How long calls of a broken call channel wait for the worker's death notice before being
+// treated as calls to a live worker.
+constexpr auto kChannelGrace = std::chrono::seconds(2);
 
 caf::behavior router(caf::event_based_actor* self, ClusterClient* client, detail::RuntimeImpl* rt) {
   self->set_down_handler([client](caf::down_msg& dm) { client->on_gateway_down(dm.source); });
@@ -139,12 +142,16 @@ void ClusterClient::stop(bool keep_actors) {
     self->wait_for(router_);
   }
   std::map<std::string, std::shared_ptr<CallChannel>> channels;
+  std::vector<std::shared_ptr<CallChannel>> retired;
   {
     std::lock_guard lk(mu_);
     gateways_.clear();
     channels.swap(channels_);
+    retired.swap(retired_);
   }
-  for (auto& [address, ch] : channels) ch->close();   // joins the readers: none runs after this
+  // Joins every reader this client ever started: none calls back into it after this.
+  for (auto& [address, ch] : channels) ch->close();
+  for (auto& ch : retired) ch->close();
 }
 
 void ClusterClient::watch_loop() {
@@ -215,9 +222,8 @@ std::shared_ptr<CallChannel> ClusterClient::channel(const std::string& address, 
         r.gateway = gateway;
         if (auto cell = rt->find(r.actor_id)) cell->on_reply(r);
       },
-      std::chrono::seconds(5));
+      [this, address](bool closed_here) { on_channel_broken(address, closed_here); }, std::chrono::seconds(5));
   if (!ch) return nullptr;
-  std::shared_ptr<CallChannel> broken;   // released after the lock
   std::lock_guard lk(mu_);
   if (stopping_) return nullptr;   // ch closes as it goes out of scope
   auto& slot = channels_[address];
@@ -225,7 +231,8 @@ std::shared_ptr<CallChannel> ClusterClient::channel(const std::string& address, 
   // that one, which may carry calls already, and drop ours, which carries none. A channel is
   // never closed while it may still owe replies.
   if (slot && !slot->broken()) return slot;
-  broken = std::exchange(slot, ch);
+  if (slot) retired_.push_back(std::exchange(slot, ch));   // its reader is ending: stop() joins it
+  else slot = ch;
   return ch;
 }
 
@@ -244,6 +251,30 @@ caf::actor ClusterClient::connect(const std::string& address) {
   std::lock_guard lk(mu_);
   gateways_[address] = *gw;
   return *gw;
+}
+
+void ClusterClient::on_channel_broken(const std::string& address, bool closed_here) {
+  std::shared_ptr<CallChannel> ch;
+  std::vector<std::weak_ptr<detail::ActorCell>> bound;
+  {
+    std::lock_guard lk(mu_);
+    if (closed_here || stopping_) return;   // stop() or a dead worker: handled there
+    auto it = channels_.find(address);
+    if (it == channels_.end() || !it->second->broken()) return;
+    ch = it->second;   // the next binding opens a new one; new calls fall back at once
+    retired_.push_back(std::move(it->second));   // joined by stop()
+    channels_.erase(it);
+    for (auto& [id, weak] : cells_) bound.push_back(weak);
+  }
+  spdlog::info("call channel to the worker at {} ended; calls go through the middleman", address);
+  // Usually the worker died: its gateway's monitor then fails or retries the calls in flight
+  // (ActorDied) within moments. Calls still waiting on this channel after a grace period had a
+  // live worker: they are resent or failed with Unavailable (drop_channel).
+  timer_->schedule(detail::DeadlineTimer::Clock::now() + kChannelGrace, [bound = std::move(bound), ch] {
+    for (const auto& weak : bound) {
+      if (auto cell = weak.lock()) cell->drop_channel(ch.get(), "lost its call channel");
+    }
+  });
 }
 
 void ClusterClient::on_gateway_down(const caf::actor_addr& gateway) {
@@ -266,7 +297,7 @@ void ClusterClient::on_gateway_down(const caf::actor_addr& gateway) {
       if (b && b->gateway.address() == gateway) lost.push_back({cell, b->incarnation});
     }
   }
-  for (auto& ch : gone) ch->close();
+  for (auto& ch : gone) ch->close();   // on the router's thread: never a reader's own
   for (auto& [cell, incarnation] : lost) cell->unbind(incarnation, "lost its worker process");
 }
 

@@ -59,6 +59,8 @@ class ClusterClient {
   }
   // Router side: a monitored gateway's process is gone.
   void on_gateway_down(const caf::actor_addr& gateway);
+  // A channel's reader: its connection to the worker at `address` (gateway) ended.
+  void on_channel_broken(const std::string& address, bool closed_here);
 
  private:
   std::shared_ptr<detail::ActorCell> make_cell(std::uint64_t id, const std::string& type, const std::string& name,
@@ -82,6 +84,7 @@ class ClusterClient {
   std::set<std::uint64_t> owned_;
   std::map<std::string, caf::actor> gateways_;   // by "host:port"
   std::map<std::string, std::shared_ptr<CallChannel>> channels_;   // by gateway "host:port"
+  std::vector<std::shared_ptr<CallChannel>> retired_;              // broken, replaced: joined at stop()
   std::atomic<bool> stopping_{false};
   std::thread watcher_;
 };

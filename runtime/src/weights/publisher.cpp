@@ -1,5 +1,8 @@
 // WeightPublisher: versions, transfer holds with leases, and the process-local registry that
 // gives same-process subscribers the no-copy path.
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -27,11 +30,20 @@ LocalRegistry& registry() {
   return *r;
 }
 
-// The start time of process `pid` (field 22 of /proc/<pid>/stat), or "" when it is gone.
+constexpr const char* kUnknown = "?";   // the process could not be looked at (not: it is gone)
+
+// The start time of process `pid` (field 22 of /proc/<pid>/stat), "" when it is gone, or kUnknown
+// when /proc cannot tell (out of descriptors, ...).
 std::string process_start(std::uint32_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  std::ifstream in(path);
   std::string stat;
-  if (!in || !std::getline(in, stat)) return "";
+  if (!in) {
+    struct stat st {};
+    return ::stat(("/proc/" + std::to_string(pid)).c_str(), &st) != 0 && (errno == ENOENT || errno == ESRCH) ? ""
+                                                                                                        : kUnknown;
+  }
+  if (!std::getline(in, stat)) return "";   // it ended while being read
   auto paren = stat.rfind(')');   // the command name may hold spaces and parentheses
   if (paren == std::string::npos) return "";
   std::istringstream fields(stat.substr(paren + 2));
@@ -71,7 +83,13 @@ struct WeightPublisher::State {
     if (check_pids) next_liveness_check = now + kLivenessEvery;
     for (auto it = holds.begin(); it != holds.end();) {
       const Hold& h = it->second;
-      bool live = h.pid != 0 ? !check_pids || process_start(h.pid) == h.started : h.expires > now;
+      bool live = h.expires > now;
+      if (h.pid != 0 && check_pids) {
+        auto started = process_start(h.pid);
+        live = started == kUnknown || started == h.started;
+      } else if (h.pid != 0) {
+        live = true;
+      }
       if (live) { ++it; continue; }
       it = holds.erase(it);   // its region ends by the data plane's own lease (same length)
     }
@@ -159,9 +177,10 @@ void WeightPublisher::clear() {
 }
 
 std::uint64_t WeightPublisher::hold(WeightSetPtr set, const std::string& subscriber, std::uint64_t region,
-                                    std::uint32_t holder_pid) {
+                                    std::uint32_t holder_pid, bool* lifetime) {
   std::string started = holder_pid != 0 ? process_start(holder_pid) : std::string();
-  if (holder_pid != 0 && started.empty()) holder_pid = 0;   // not a process here: a lease then
+  if (started.empty() || started == kUnknown) holder_pid = 0;   // not a process seen here: a lease then
+  if (lifetime != nullptr) *lifetime = holder_pid != 0;
   WeightSetPtr replaced_set;
   std::lock_guard lock(state_->mu);
   state_->sweep_locked();

@@ -82,7 +82,9 @@ WeightManifest WeightStore::manifest(std::uint64_t version, std::string subscrib
   auto d = tp::DataPlane::instance().expose(set->wire(), opts);
   // A subscriber on this host that maps the version keeps it while it lives (WS-2), however long.
   std::uint32_t holder = caller.map && caller.host == m.origin.host ? caller.pid : 0;
-  if (auto replaced = publisher_->hold(set, subscriber, d.region, holder)) tp::DataPlane::instance().release(replaced);
+  if (auto replaced = publisher_->hold(set, subscriber, d.region, holder, &m.held_while_alive)) {
+    tp::DataPlane::instance().release(replaced);
+  }
   m.descriptor = tp::encode(d);
   return m;
 }

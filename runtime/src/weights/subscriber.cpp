@@ -1,4 +1,4 @@
-// WeightSubscriber: manifest -> (same host) a read-only mapping of the publisher's version, or a
+// WeightSubscriber: manifest -> (same host) a mapping of the publisher's version (never written), or a
 // copy: from a mapping, chunks copied and hashed in cache on two threads; otherwise bucketed,
 // pipelined UCX gets into a pooled shared-memory buffer, each bucket hashed while the next is in
 // flight -> checksum compared (WS-1) -> swap.
@@ -143,6 +143,10 @@ WeightSetPtr WeightSubscriber::pull(std::uint64_t version) {
 
 WeightSetPtr WeightSubscriber::pull_from(const ActorRef<WeightStore>& source, std::uint64_t version) {
   const auto deadline = Clock::now() + opts_.timeout;
+  // Each pull holds under its own name: a mapping of an earlier pull of the same version, dropped
+  // later, must not end this pull's hold (WS-2).
+  static std::atomic<std::uint64_t> pulls{0};
+  const std::string pull_id = id_ + "#" + std::to_string(++pulls);
   auto have = current();
   WeightOrigin me = opts_.allow_local ? WeightOrigin::self() : WeightOrigin{};
   if (opts_.map_shared) {
@@ -151,7 +155,7 @@ WeightSetPtr WeightSubscriber::pull_from(const ActorRef<WeightStore>& source, st
     if (!opts_.allow_local) me.nonce = 0;   // never taken for the store's own process
   }
   auto reply = source.with_timeout(opts_.timeout)
-                   .call(&WeightStore::manifest, version, id_, me, have ? have->version() : 0)
+                   .call(&WeightStore::manifest, version, pull_id, me, have ? have->version() : 0)
                    .result();
   if (!reply.ok()) {
     const auto& err = reply.error();
@@ -169,7 +173,7 @@ WeightSetPtr WeightSubscriber::pull_from(const ActorRef<WeightStore>& source, st
   struct Release {   // ends the publisher's hold whatever happens (not waited for)
     const ActorRef<WeightStore>& src; std::uint64_t v; const std::string& id; bool armed = true;
     ~Release() { if (armed) (void)src.call(&WeightStore::release, v, id); }
-  } release{source, m.version, id_};
+  } release{source, m.version, pull_id};
   check_entries(m);
   std::uint64_t sum = 0;
   TensorView wire;
@@ -177,15 +181,16 @@ WeightSetPtr WeightSubscriber::pull_from(const ActorRef<WeightStore>& source, st
     auto d = tp::decode_descriptor(m.descriptor);
     if (d.nbytes != m.wire_bytes) fail(WeightError::Kind::Transfer, "descriptor size does not match the manifest");
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    TensorView mapped = m.origin.host == WeightOrigin::self().host && left.count() > 0
+    // Mapped only under a hold for this process's lifetime: a lease could end under a live mapping.
+    TensorView mapped = m.held_while_alive && m.origin.host == WeightOrigin::self().host && left.count() > 0
                             ? tp::DataPlane::instance().map(d, left) : TensorView{};
-    if (mapped.data != nullptr && opts_.map_shared) {
+    if (mapped.data != nullptr && opts_.map_shared) {   // (held_while_alive implies map_shared)
       if (opts_.verify_mapped) sum = weight_checksum(mapped.data, m.wire_bytes);
       else sum = m.checksum;   // written once and never again while held (see SubscriberOptions)
       if (opts_.on_progress) opts_.on_progress(m.wire_bytes, m.wire_bytes);
       // The hold ends when the last view of this version here is dropped.
       release.armed = false;
-      std::shared_ptr<void> hold(mapped.data, [pin = mapped.keep_alive, src = source, v = m.version, id = id_](void*) mutable {
+      std::shared_ptr<void> hold(mapped.data, [pin = mapped.keep_alive, src = source, v = m.version, id = pull_id](void*) mutable {
         pin.reset();
         try {
           (void)src.call(&WeightStore::release, v, id);

@@ -10,6 +10,7 @@
 #include <caf/all.hpp>
 
 #include <chrono>
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <random>
@@ -149,12 +150,15 @@ TEST_CASE("a call server checks the token, routes calls to hosts in order and su
   server.add(7, 3, host);
 
   Replies refused;
-  CHECK(cl::CallChannel::open(server.address(), "wrong", refused.handler(), std::chrono::seconds(5)) == nullptr);
-  CHECK(cl::CallChannel::open(server.address(), "", refused.handler(), std::chrono::seconds(5)) == nullptr);
-  CHECK(cl::CallChannel::open("127.0.0.1:1", "secret", refused.handler(), std::chrono::seconds(2)) == nullptr);
+  CHECK(cl::CallChannel::open(server.address(), "wrong", refused.handler(), nullptr, std::chrono::seconds(5)) == nullptr);
+  CHECK(cl::CallChannel::open(server.address(), "", refused.handler(), nullptr, std::chrono::seconds(5)) == nullptr);
+  CHECK(cl::CallChannel::open("127.0.0.1:1", "secret", refused.handler(), nullptr, std::chrono::seconds(2)) == nullptr);
 
   Replies replies;
-  auto ch = cl::CallChannel::open(server.address(), "secret", replies.handler(), std::chrono::seconds(5));
+  std::atomic<int> broken_calls{0};
+  std::atomic<bool> closed_here{false};
+  auto ch = cl::CallChannel::open(server.address(), "secret", replies.handler(),
+                                  [&](bool here) { closed_here = here; ++broken_calls; }, std::chrono::seconds(5));
   REQUIRE(ch != nullptr);
   constexpr int kCalls = 200;
   for (int i = 1; i <= kCalls; ++i) REQUIRE(ch->send(make_call(7, 3, std::uint64_t(i))));
@@ -229,9 +233,13 @@ TEST_CASE("a call server checks the token, routes calls to hosts in order and su
     }
     CHECK(ch->broken());
     CHECK_FALSE(ch->send(make_call(7, 3, 1)));
+    for (int i = 0; i < 500 && broken_calls == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    CHECK(broken_calls == 1);        // the owner hears of it once, on the reader thread
+    CHECK_FALSE(closed_here.load()); // the other side ended it
   }
 
   ch->close();
+  CHECK(broken_calls == 1);
   server.stop();
   caf::anon_send_exit(host, caf::exit_reason::user_shutdown);
 }

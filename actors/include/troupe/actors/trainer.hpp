@@ -39,7 +39,8 @@ class Trainer {
   std::int64_t sync_to(ActorRef<RolloutEngine> rollout);
   // Publishes the current parameters to `store` as store version policy_version() + 1 (store
   // versions start at 1; see kStoreVersionOffset), unless it already holds that version. One
-  // copy into the store's buffer; returns the policy version published.
+  // copy into the store's buffer; returns the policy version published. Throws
+  // std::invalid_argument when the store holds a newer version (a checkpoint was loaded since).
   std::int64_t publish_to(ActorRef<WeightStore> store);
   std::int64_t policy_version();
 
