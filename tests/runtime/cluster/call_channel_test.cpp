@@ -16,7 +16,10 @@
 #include <random>
 #include <vector>
 
+#include "actor_cell.hpp"
 #include "cluster/call_channel.hpp"
+#include "deadline_timer.hpp"
+#include "troupe/future.hpp"
 #include "cluster/http.hpp"
 
 namespace cl = troupe::cluster;
@@ -242,4 +245,53 @@ TEST_CASE("a call server checks the token, routes calls to hosts in order and su
   CHECK(broken_calls == 1);
   server.stop();
   caf::anon_send_exit(host, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("calls on a channel that breaks under a live worker are resent or fail with Unavailable, not at their deadline") {
+  caf::actor_system_config cfg;
+  cfg.set("scheduler.max-threads", 2);
+  caf::actor_system sys{cfg};
+  cl::CallServer server("secret", "127.0.0.1");
+  auto silent = sys.spawn([](caf::event_based_actor*) -> caf::behavior {   // takes calls, never answers
+    return {[](ChannelCall&) {}, [](WireCall&) {}};
+  });
+  server.add(7, 3, silent);
+  troupe::detail::DeadlineTimer timer;
+  auto make_cell = [&](int retries) {
+    auto cell = std::make_shared<troupe::detail::ActorCell>(7, "T", "T#7", &timer, std::chrono::seconds(60));
+    cell->make_remote(troupe::detail::RemoteSettings{"secret", caf::actor{}, retries});
+    return cell;
+  };
+  auto once = make_cell(0), retried = make_cell(1);
+  std::atomic<const cl::CallChannel*> raw{nullptr};
+  auto ch = cl::CallChannel::open(
+      server.address(), "secret", [](WireReply&) {},
+      [&](bool closed_here) {   // as ClusterClient does, without its grace period
+        if (closed_here) return;
+        once->drop_channel(raw.load(), "lost its call channel");
+        retried->drop_channel(raw.load(), "lost its call channel");
+      },
+      std::chrono::seconds(5));
+  REQUIRE(ch != nullptr);
+  raw = ch.get();
+  for (auto& cell : {once, retried}) cell->bind(troupe::detail::RemoteBinding{caf::actor{}, server.address(), silent, 3, ch});
+  troupe::Promise<int> p1, p2;
+  once->submit("m", troupe::Payload{}, p1.state(), std::chrono::seconds(60));
+  retried->submit("m", troupe::Payload{}, p2.state(), std::chrono::seconds(60));
+  troupe::Future<int> f1(p1.state()), f2(p2.state());
+  CHECK_FALSE(f1.wait_for(std::chrono::milliseconds(100)));   // the worker holds them
+
+  server.stop();   // the connection ends; the worker's host is still alive
+  REQUIRE(f1.wait_for(std::chrono::seconds(5)));
+  CHECK(f1.result().error().code == troupe::ErrorCode::Unavailable);
+  CHECK(f1.result().error().message.find("may have run") != std::string::npos);
+  // With a retry left, the call was sent again through the middleman (to the silent host): pending.
+  CHECK_FALSE(f2.wait_for(std::chrono::milliseconds(200)));
+  auto b = retried->binding();
+  REQUIRE(b.has_value());
+  CHECK(b->channel == nullptr);
+  ch->close();
+  once->mark_dead("test over");
+  retried->mark_dead("test over");
+  caf::anon_send_exit(silent, caf::exit_reason::user_shutdown);
 }
