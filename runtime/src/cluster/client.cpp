@@ -15,9 +15,10 @@ namespace {
 
 using json = nlohmann::json;
 using monitor_atom = caf::atom_constant<caf::atom("tr_mon")>;
-// How long calls of a broken call channel wait for the worker's death notice before being
-// treated as calls to a live worker.
-constexpr auto kChannelGrace = std::chrono::seconds(2);
+// How long calls of a broken call channel wait for the worker's death notice (the gateway's
+// monitor, or the head's directory: seconds under load) before being treated as calls to a live
+// worker. Generous: failing a dead worker's call with Unavailable instead of ActorDied misleads.
+constexpr auto kChannelGrace = std::chrono::seconds(10);
 
 caf::behavior router(caf::event_based_actor* self, ClusterClient* client, detail::RuntimeImpl* rt) {
   self->set_down_handler([client](caf::down_msg& dm) { client->on_gateway_down(dm.source); });
@@ -224,15 +225,25 @@ std::shared_ptr<CallChannel> ClusterClient::channel(const std::string& address, 
       },
       [this, address](bool closed_here) { on_channel_broken(address, closed_here); }, std::chrono::seconds(5));
   if (!ch) return nullptr;
-  std::lock_guard lk(mu_);
-  if (stopping_) return nullptr;   // ch closes as it goes out of scope
-  auto& slot = channels_[address];
-  // Another thread (the watcher, a host attaching a handle) may have opened one meanwhile: keep
-  // that one, which may carry calls already, and drop ours, which carries none. A channel is
-  // never closed while it may still owe replies.
-  if (slot && !slot->broken()) return slot;
-  if (slot) retired_.push_back(std::exchange(slot, ch));   // its reader is ending: stop() joins it
-  else slot = ch;
+  std::shared_ptr<CallChannel> unused;   // closed outside the lock: its reader may call back
+  {
+    std::lock_guard lk(mu_);
+    auto found = channels_.find(address);
+    if (stopping_) {
+      unused = std::exchange(ch, nullptr);
+    } else if (found != channels_.end() && !found->second->broken()) {
+      // Another thread (the watcher, a host attaching a handle) opened one meanwhile: keep that
+      // one, which may carry calls already, and close ours, which carries none. A channel is
+      // never closed while it may still owe replies.
+      unused = std::exchange(ch, found->second);
+    } else if (found != channels_.end()) {
+      retired_.push_back(std::exchange(found->second, ch));   // its reader is ending: stop() joins it
+    } else {
+      channels_.emplace(address, ch);
+    }
+  }
+  // Every channel's reader ends before this client does: in the map, retired, or closed here.
+  if (unused) unused->close();
   return ch;
 }
 
@@ -254,11 +265,12 @@ caf::actor ClusterClient::connect(const std::string& address) {
 }
 
 void ClusterClient::on_channel_broken(const std::string& address, bool closed_here) {
+  if (closed_here) return;   // closed by this client (stop, a dead worker, a spare): handled there
   std::shared_ptr<CallChannel> ch;
   std::vector<std::weak_ptr<detail::ActorCell>> bound;
   {
     std::lock_guard lk(mu_);
-    if (closed_here || stopping_) return;   // stop() or a dead worker: handled there
+    if (stopping_) return;
     auto it = channels_.find(address);
     if (it == channels_.end() || !it->second->broken()) return;
     ch = it->second;   // the next binding opens a new one; new calls fall back at once
