@@ -181,10 +181,11 @@ WeightSetPtr WeightSubscriber::pull_from(const ActorRef<WeightStore>& source, st
     auto d = tp::decode_descriptor(m.descriptor);
     if (d.nbytes != m.wire_bytes) fail(WeightError::Kind::Transfer, "descriptor size does not match the manifest");
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    // Mapped only under a hold for this process's lifetime: a lease could end under a live mapping.
-    TensorView mapped = m.held_while_alive && m.origin.host == WeightOrigin::self().host && left.count() > 0
+    TensorView mapped = m.origin.host == WeightOrigin::self().host && left.count() > 0
                             ? tp::DataPlane::instance().map(d, left) : TensorView{};
-    if (mapped.data != nullptr && opts_.map_shared) {   // (held_while_alive implies map_shared)
+    // Kept mapped only under a hold for this process's lifetime (a lease could end under a live
+    // mapping); under a lease the mapping only serves the copy below, done before `release`.
+    if (mapped.data != nullptr && opts_.map_shared && m.held_while_alive) {
       if (opts_.verify_mapped) sum = weight_checksum(mapped.data, m.wire_bytes);
       else sum = m.checksum;   // written once and never again while held (see SubscriberOptions)
       if (opts_.on_progress) opts_.on_progress(m.wire_bytes, m.wire_bytes);
