@@ -513,7 +513,7 @@ void CallChannel::read_loop() {
     ::shutdown(fd_, SHUT_RDWR);
   }
   // Calls written on this connection will get no reply here: whoever owns them is told.
-  if (on_broken_) on_broken_(closed_here);
+  if (on_broken_) on_broken_(this, closed_here);
 }
 
 }  // namespace troupe::cluster

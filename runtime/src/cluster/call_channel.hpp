@@ -95,8 +95,9 @@ class CallChannel {
   // Runs on the channel's reader thread for every reply.
   using ReplyHandler = std::function<void(detail::WireReply&)>;
   // Runs once on the reader thread when the connection ends (EOF, error, a bad frame, close()):
-  // calls written on it will get no reply. The argument: whether this side had closed it already.
-  using BrokenHandler = std::function<void(bool closed_here)>;
+  // calls written on it will get no reply. Arguments: the channel, and whether this side had
+  // closed it already.
+  using BrokenHandler = std::function<void(const CallChannel* channel, bool closed_here)>;
 
   // Connects and presents the token; null (the reason logged) if the worker cannot be reached
   // within `timeout` or refuses. The reader thread holds the channel until the connection ends.

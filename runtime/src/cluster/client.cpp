@@ -223,7 +223,8 @@ std::shared_ptr<CallChannel> ClusterClient::channel(const std::string& address, 
         r.gateway = gateway;
         if (auto cell = rt->find(r.actor_id)) cell->on_reply(r);
       },
-      [this, address](bool closed_here) { on_channel_broken(address, closed_here); }, std::chrono::seconds(5));
+      [this, address](const CallChannel* ch, bool closed_here) { on_channel_broken(address, ch, closed_here); },
+      std::chrono::seconds(5));
   if (!ch) return nullptr;
   std::shared_ptr<CallChannel> unused;   // closed outside the lock: its reader may call back
   {
@@ -264,18 +265,23 @@ caf::actor ClusterClient::connect(const std::string& address) {
   return *gw;
 }
 
-void ClusterClient::on_channel_broken(const std::string& address, bool closed_here) {
+void ClusterClient::on_channel_broken(const std::string& address, const CallChannel* broken, bool closed_here) {
   if (closed_here) return;   // closed by this client (stop, a dead worker, a spare): handled there
   std::shared_ptr<CallChannel> ch;
   std::vector<std::weak_ptr<detail::ActorCell>> bound;
   {
     std::lock_guard lk(mu_);
     if (stopping_) return;
-    auto it = channels_.find(address);
-    if (it == channels_.end() || !it->second->broken()) return;
-    ch = it->second;   // the next binding opens a new one; new calls fall back at once
-    retired_.push_back(std::move(it->second));   // joined by stop()
-    channels_.erase(it);
+    if (auto it = channels_.find(address); it != channels_.end() && it->second.get() == broken) {
+      ch = it->second;   // the next binding opens a new one; new calls fall back at once
+      retired_.push_back(std::move(it->second));   // joined by stop()
+      channels_.erase(it);
+    } else {   // replaced already (retired)
+      for (const auto& r : retired_) {
+        if (r.get() == broken) ch = r;
+      }
+    }
+    if (!ch) return;
     for (auto& [id, weak] : cells_) bound.push_back(weak);
   }
   spdlog::info("call channel to the worker at {} ended; calls go through the middleman", address);

@@ -60,7 +60,7 @@ class ClusterClient {
   // Router side: a monitored gateway's process is gone.
   void on_gateway_down(const caf::actor_addr& gateway);
   // A channel's reader: its connection to the worker at `address` (gateway) ended.
-  void on_channel_broken(const std::string& address, bool closed_here);
+  void on_channel_broken(const std::string& address, const CallChannel* channel, bool closed_here);
 
  private:
   std::shared_ptr<detail::ActorCell> make_cell(std::uint64_t id, const std::string& type, const std::string& name,

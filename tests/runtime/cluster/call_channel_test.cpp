@@ -162,7 +162,7 @@ TEST_CASE("a call server checks the token, routes calls to hosts in order and su
   std::atomic<int> broken_calls{0};
   std::atomic<bool> closed_here{false};
   auto ch = cl::CallChannel::open(server.address(), "secret", replies.handler(),
-                                  [&](bool here) { closed_here = here; ++broken_calls; }, std::chrono::seconds(5));
+                                  [&](const cl::CallChannel*, bool here) { closed_here = here; ++broken_calls; }, std::chrono::seconds(5));
   REQUIRE(ch != nullptr);
   constexpr int kCalls = 200;
   for (int i = 1; i <= kCalls; ++i) REQUIRE(ch->send(make_call(7, 3, std::uint64_t(i))));
@@ -264,17 +264,15 @@ TEST_CASE("calls on a channel that breaks under a live worker are resent or fail
     return cell;
   };
   auto once = make_cell(0), retried = make_cell(1);
-  std::atomic<const cl::CallChannel*> raw{nullptr};
   auto ch = cl::CallChannel::open(
       server.address(), "secret", [](WireReply&) {},
-      [&](bool closed_here) {   // as ClusterClient does, without its grace period
+      [&](const cl::CallChannel* broken, bool closed_here) {   // as ClusterClient does, without its grace
         if (closed_here) return;
-        once->drop_channel(raw.load(), "lost its call channel");
-        retried->drop_channel(raw.load(), "lost its call channel");
+        once->drop_channel(broken, "lost its call channel");
+        retried->drop_channel(broken, "lost its call channel");
       },
       std::chrono::seconds(5));
   REQUIRE(ch != nullptr);
-  raw = ch.get();
   for (auto& cell : {once, retried}) cell->bind(troupe::detail::RemoteBinding{caf::actor{}, server.address(), silent, 3, ch});
   troupe::Promise<int> p1, p2;
   once->submit("m", troupe::Payload{}, p1.state(), std::chrono::seconds(60));
