@@ -139,8 +139,7 @@ void ActorCell::send_remote(std::uint64_t seq, const RemoteBinding& b, const std
     it->second.sent = true;
     it->second.attempts += 1;
     it->second.regions = wp.regions;
-    wc.token = remote_->settings.token;
-    wc.reply_to = remote_->settings.reply_to;
+    it->second.on_channel = b.channel != nullptr;   // corrected below in the rare fallback
   }
   wc.actor_id = id_;
   wc.incarnation = b.incarnation;
@@ -148,16 +147,16 @@ void ActorCell::send_remote(std::uint64_t seq, const RemoteBinding& b, const std
   wc.method = method;
   wc.args = std::move(wp.bytes);
   wc.tensors = std::move(wp.tensors);
-  if (b.channel && b.channel->send(wc)) {
-    std::lock_guard lk(mu_);
-    if (auto it = remote_->calls.find(seq); it != remote_->calls.end()) it->second.on_channel = true;
-    return;
-  }
-  {
+  if (b.channel && b.channel->send(wc)) return;
+  if (b.channel) {   // it broke: this attempt goes through the middleman after all
     std::lock_guard lk(mu_);
     if (auto it = remote_->calls.find(seq); it != remote_->calls.end()) it->second.on_channel = false;
   }
-  caf::anon_send(b.host, std::move(wc));   // no channel (or it broke): through the middleman
+  // Through the middleman. `settings` is fixed by make_remote(): no lock. (A channel presents the
+  // token once per connection and routes replies itself: neither field travels on it.)
+  wc.token = remote_->settings.token;
+  wc.reply_to = remote_->settings.reply_to;
+  caf::anon_send(b.host, std::move(wc));
 }
 
 void ActorCell::bind(RemoteBinding b) {
@@ -175,6 +174,41 @@ void ActorCell::bind(RemoteBinding b) {
   for (auto& [seq, m] : queued) send_remote(seq, b, m.first, m.second);
 }
 
+// Under send_mu and mu_: the sent calls that `lost` selects lost their attempt. Their argument
+// regions go to `regions`; those with a retry left are marked unsent and their seqs returned (in
+// submission order), the others are unlinked into `failed`.
+std::vector<std::uint64_t> ActorCell::withdraw_locked(const std::function<bool(const RemoteCall&)>& lost,
+                                                      std::vector<std::shared_ptr<StateBase>>& failed,
+                                                      std::vector<std::uint64_t>& regions) {
+  std::vector<std::uint64_t> retry, give_up;
+  for (auto& [seq, rc] : remote_->calls) {
+    if (!rc.sent || !lost(rc)) continue;
+    regions.insert(regions.end(), rc.regions.begin(), rc.regions.end());
+    rc.regions.clear();
+    if (rc.attempts <= remote_->settings.max_retries) {
+      rc.sent = false;
+      retry.push_back(seq);
+    } else {
+      give_up.push_back(seq);
+    }
+  }
+  for (auto seq : give_up) {
+    if (auto st = remote_->states[seq].lock()) {
+      if (auto s = unlink(*st, &regions)) failed.push_back(std::move(s));
+    }
+  }
+  return retry;
+}
+
+void ActorCell::fail_withdrawn(std::vector<std::shared_ptr<StateBase>>& failed, std::vector<std::uint64_t>& regions,
+                               const Error& error) {
+  release_regions(regions);
+  for (auto& s : failed) {
+    if (s->call_link.has_deadline) timer_->cancel(s->call_link.deadline);
+    s->fail(error);
+  }
+}
+
 void ActorCell::unbind(std::uint64_t incarnation, const std::string& reason) {
   std::vector<std::shared_ptr<StateBase>> failed;
   std::vector<std::uint64_t> regions;
@@ -183,25 +217,9 @@ void ActorCell::unbind(std::uint64_t incarnation, const std::string& reason) {
     std::lock_guard lk(mu_);
     if (!remote_->binding || remote_->binding->incarnation != incarnation) return;
     remote_->binding.reset();
-    std::vector<std::uint64_t> give_up;
-    for (auto& [seq, rc] : remote_->calls) {
-      if (!rc.sent) continue;
-      regions.insert(regions.end(), rc.regions.begin(), rc.regions.end());
-      rc.regions.clear();
-      if (rc.attempts <= remote_->settings.max_retries) rc.sent = false;   // resent after the next bind
-      else give_up.push_back(seq);
-    }
-    for (auto seq : give_up) {
-      if (auto st = remote_->states[seq].lock()) {
-        if (auto s = unlink(*st, &regions)) failed.push_back(std::move(s));
-      }
-    }
+    (void)withdraw_locked([](const RemoteCall&) { return true; }, failed, regions);   // resent at the next bind
   }
-  release_regions(regions);
-  for (auto& s : failed) {
-    if (s->call_link.has_deadline) timer_->cancel(s->call_link.deadline);
-    s->fail(Error{ErrorCode::ActorDied, label_ + " " + reason});
-  }
+  fail_withdrawn(failed, regions, Error{ErrorCode::ActorDied, label_ + " " + reason});
 }
 
 void ActorCell::drop_channel(const cluster::CallChannel* channel, const std::string& reason) {
@@ -210,33 +228,20 @@ void ActorCell::drop_channel(const cluster::CallChannel* channel, const std::str
   {
     std::lock_guard send(remote_->send_mu);
     std::vector<std::pair<std::uint64_t, std::pair<std::string, Payload>>> resend;
-    std::optional<RemoteBinding> b;
+    RemoteBinding b;
     {
       std::lock_guard lk(mu_);
       if (!remote_->binding || remote_->binding->channel.get() != channel) return;
       remote_->binding->channel.reset();
-      b = remote_->binding;
-      std::vector<std::uint64_t> give_up;
-      for (auto& [seq, rc] : remote_->calls) {
-        if (!rc.sent || !rc.on_channel) continue;
-        regions.insert(regions.end(), rc.regions.begin(), rc.regions.end());
-        rc.regions.clear();
-        if (rc.attempts <= remote_->settings.max_retries) resend.push_back({seq, {rc.method, rc.args}});
-        else give_up.push_back(seq);
-      }
-      for (auto seq : give_up) {
-        if (auto st = remote_->states[seq].lock()) {
-          if (auto s = unlink(*st, &regions)) failed.push_back(std::move(s));
-        }
+      b = *remote_->binding;
+      for (auto seq : withdraw_locked([](const RemoteCall& rc) { return rc.on_channel; }, failed, regions)) {
+        const auto& rc = remote_->calls[seq];
+        resend.push_back({seq, {rc.method, rc.args}});
       }
     }
-    for (auto& [seq, m] : resend) send_remote(seq, *b, m.first, m.second);   // in submission order
+    for (auto& [seq, m] : resend) send_remote(seq, b, m.first, m.second);   // now, through the middleman
   }
-  release_regions(regions);
-  for (auto& s : failed) {
-    if (s->call_link.has_deadline) timer_->cancel(s->call_link.deadline);
-    s->fail(Error{ErrorCode::Unavailable, label_ + " " + reason + " (the call may have run)"});
-  }
+  fail_withdrawn(failed, regions, Error{ErrorCode::Unavailable, label_ + " " + reason + " (the call may have run)"});
 }
 
 std::optional<RemoteBinding> ActorCell::binding() const {

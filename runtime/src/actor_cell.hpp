@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -129,6 +130,13 @@ class ActorCell : public std::enable_shared_from_this<ActorCell> {
   // Lock held. For remote cells also drops the call's record, moving its exposed argument
   // regions to `regions` (to release once the lock is dropped).
   std::shared_ptr<StateBase> unlink(StateBase& call, std::vector<std::uint64_t>* regions = nullptr);
+  // unbind() and drop_channel(): withdraw the lost attempts of calls in flight (under send_mu and
+  // mu_), then release their regions and fail those without a retry left (no lock held).
+  std::vector<std::uint64_t> withdraw_locked(const std::function<bool(const RemoteCall&)>& lost,
+                                             std::vector<std::shared_ptr<StateBase>>& failed,
+                                             std::vector<std::uint64_t>& regions);
+  void fail_withdrawn(std::vector<std::shared_ptr<StateBase>>& failed, std::vector<std::uint64_t>& regions,
+                      const Error& error);
   DeadlineTimer::Key schedule_deadline(const std::shared_ptr<StateBase>& call, const char* method,
                                        std::chrono::nanoseconds timeout);
   void submit_remote(const char* method, Payload args, std::shared_ptr<StateBase> call);
