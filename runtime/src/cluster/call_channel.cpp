@@ -275,6 +275,12 @@ void CallServer::remove(std::uint64_t actor_id) {
   hosts_.erase(actor_id);
 }
 
+caf::actor CallServer::find(std::uint64_t actor_id, std::uint64_t incarnation) const {
+  std::lock_guard lk(mu_);
+  auto it = hosts_.find(actor_id);
+  return it != hosts_.end() && it->second.second == incarnation ? it->second.first : caf::actor{};
+}
+
 void CallServer::stop() {
   std::vector<std::pair<std::thread, std::shared_ptr<Connection>>> conns;
   {
@@ -364,14 +370,7 @@ void CallServer::serve(const std::shared_ptr<Connection>& conn) {
       return;
     }
     call.token = token_;   // presented once, at the handshake
-    caf::actor host;
-    {
-      std::lock_guard lk(mu_);
-      if (auto it = hosts_.find(call.actor_id); it != hosts_.end() && it->second.second == call.incarnation) {
-        host = it->second.first;
-      }
-    }
-    if (host) {
+    if (auto host = find(call.actor_id, call.incarnation)) {
       caf::anon_send(host, detail::ChannelCall{std::move(call), conn});
       continue;
     }

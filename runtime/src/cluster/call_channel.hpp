@@ -69,8 +69,10 @@ class CallServer {
   CallServer& operator=(const CallServer&) = delete;
 
   const std::string& address() const { return address_; }   // "host:port"
+  // The worker's table of hosted actors (its gateway answers from it too).
   void add(std::uint64_t actor_id, std::uint64_t incarnation, caf::actor host);
   void remove(std::uint64_t actor_id);
+  caf::actor find(std::uint64_t actor_id, std::uint64_t incarnation) const;   // invalid if not here
   // Closes the listener and every connection and joins their threads. Idempotent.
   void stop();
 
@@ -82,7 +84,7 @@ class CallServer {
   std::string token_;
   std::string address_;
   int listen_fd_ = -1;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::map<std::uint64_t, std::pair<caf::actor, std::uint64_t>> hosts_;   // id -> host, incarnation
   std::vector<std::pair<std::thread, std::shared_ptr<Connection>>> conns_;
   bool stopping_ = false;

@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <map>
 
 #include "cluster/call_channel.hpp"
 #include "cluster/hex.hpp"
@@ -18,40 +17,23 @@ namespace troupe::detail {
 namespace {
 
 using json = nlohmann::json;
-using add_atom = caf::atom_constant<caf::atom("tr_add")>;
-using remove_atom = caf::atom_constant<caf::atom("tr_remove")>;
 
 constexpr auto kHeadLostAfter = std::chrono::seconds(10);
 
-struct GatewayState {
-  std::string token;
-  std::string calls;   // the call server's "host:port"
-  std::map<std::uint64_t, std::pair<caf::actor, std::uint64_t>> actors;   // id -> host, incarnation
-};
-
-// The worker's front door: hands callers the host of an actor (token and incarnation checked),
-// tells them where its call channel listens, takes the release notices of result tensors, and
-// keeps the table of hosted actors. Calls themselves go to the hosts (over the call channel, or
+// The worker's front door: hands callers the host of an actor (token and incarnation checked) and
+// the address of its call channel, and takes the release notices of result tensors. The table of
+// hosted actors is the call server's. Calls themselves go to the hosts (over the call channel, or
 // through the middleman), which check token and incarnation again.
-caf::behavior gateway(caf::stateful_actor<GatewayState>* self, std::string token, std::string calls) {
-  self->state.token = std::move(token);
-  self->state.calls = std::move(calls);
+caf::behavior gateway(caf::event_based_actor*, std::string token, const cluster::CallServer* calls) {
   return {
       [](const WireRelease& r) { release_regions(r.regions); },
       // A caller asks for the host of an actor, to send its calls there directly.
-      [self](host_atom, const std::string& token, std::uint64_t id, std::uint64_t incarnation) -> caf::actor {
-        if (!cluster::token_matches(token, self->state.token)) return {};
-        auto it = self->state.actors.find(id);
-        if (it == self->state.actors.end() || it->second.second != incarnation) return {};
-        return it->second.first;
+      [token, calls](host_atom, const std::string& given, std::uint64_t id, std::uint64_t incarnation) -> caf::actor {
+        return cluster::token_matches(given, token) ? calls->find(id, incarnation) : caf::actor{};
       },
-      [self](calls_atom, const std::string& token) -> std::string {
-        return cluster::token_matches(token, self->state.token) ? self->state.calls : std::string();
+      [token, calls](calls_atom, const std::string& given) -> std::string {
+        return cluster::token_matches(given, token) ? calls->address() : std::string();
       },
-      [self](add_atom, std::uint64_t id, std::uint64_t incarnation, const caf::actor& host) {
-        self->state.actors[id] = {host, incarnation};
-      },
-      [self](remove_atom, std::uint64_t id) { self->state.actors.erase(id); },
   };
 }
 
@@ -85,7 +67,7 @@ class Worker {
     } catch (const std::exception& e) {
       die(e.what());
     }
-    gateway_ = sys.spawn(gateway, token_, calls_->address());
+    gateway_ = sys.spawn(gateway, token_, static_cast<const cluster::CallServer*>(calls_.get()));
     auto port = sys.middleman().publish(gateway_, 0, bind_.c_str(), true);
     if (!port) die("cannot publish the gateway on " + bind_ + ": " + sys.render(port.error()));
     std::string address = bind_ + ":" + std::to_string(*port);
@@ -116,7 +98,6 @@ class Worker {
     if (kind == "exit") return false;
     if (kind == "kill") {
       auto id = cmd.at("actor_id").get<std::uint64_t>();
-      caf::anon_send(gateway_, remove_atom::value, id);
       calls_->remove(id);
       if (auto cell = rt_->find(id)) rt_->kill(cell);
     } else if (kind == "spawn") {
@@ -146,7 +127,6 @@ class Worker {
     opts.name(cmd.value("name", ""));
     HostContext ctx{gateway_, incarnation, token_};
     auto cell = rt_->spawn_hosted(id, *type, factory, std::move(args), opts, ctx);
-    caf::anon_send(gateway_, add_atom::value, id, incarnation, rt_->host_of(*cell));
     calls_->add(id, incarnation, rt_->host_of(*cell));
     cell->ready().state()->on_ready([this, id, incarnation, cell] {
       auto s = cell->ready().state();
