@@ -148,12 +148,9 @@ WeightSetPtr WeightSubscriber::pull_from(const ActorRef<WeightStore>& source, st
   static std::atomic<std::uint64_t> pulls{0};
   const std::string pull_id = id_ + "#" + std::to_string(++pulls);
   auto have = current();
-  WeightOrigin me = opts_.allow_local ? WeightOrigin::self() : WeightOrigin{};
-  if (opts_.map_shared) {
-    me = WeightOrigin::self();
-    me.map = true;
-    if (!opts_.allow_local) me.nonce = 0;   // never taken for the store's own process
-  }
+  WeightOrigin me = WeightOrigin::self();
+  me.map = opts_.map_shared;
+  if (!opts_.allow_local) me.nonce = 0;   // never taken for the store's own process
   auto reply = source.with_timeout(opts_.timeout)
                    .call(&WeightStore::manifest, version, pull_id, me, have ? have->version() : 0)
                    .result();
