@@ -31,12 +31,15 @@
 #include <thread>
 #include <vector>
 
+#include "../../tests/support/pipe_io.hpp"
 #include "transport/data_plane.hpp"
 
 namespace tp = troupe::detail::transport;
 using troupe::DType;
 using troupe::TensorView;
 using Clock = std::chrono::steady_clock;
+using test_support::read_exact;
+using test_support::write_exact;
 
 namespace {
 
@@ -59,35 +62,12 @@ bool check(const void* p, std::size_t n) {
   return true;
 }
 
-bool read_exact(int fd, void* p, std::size_t n, Clock::duration timeout) {
-  auto deadline = Clock::now() + timeout;
-  for (auto* c = static_cast<char*>(p); n > 0;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    pollfd pf{fd, POLLIN, 0};
-    if (left <= 0 || ::poll(&pf, 1, int(left)) <= 0) return false;
-    ssize_t k = ::read(fd, c, n);
-    if (k <= 0) return false;
-    c += k;
-    n -= std::size_t(k);
-  }
-  return true;
-}
-
-void write_exact(int fd, const void* p, std::size_t n) {
-  for (auto* c = static_cast<const char*>(p); n > 0;) {
-    ssize_t k = ::write(fd, c, n);
-    if (k <= 0) throw std::runtime_error("pipe to peer closed");
-    c += k;
-    n -= std::size_t(k);
-  }
-}
-
 // ---- server: exposes what the client asks for --------------------------------------------------
 
 int run_server(int rfd, int wfd) {
   tp::DataPlane plane;
   std::map<tp::RegionId, TensorView> live;
-  for (Request rq{}; read_exact(rfd, &rq, sizeof rq, std::chrono::hours(1)) && rq.op != 'Q';) {
+  for (Request rq{}; read_exact(rfd, &rq, sizeof rq, Clock::now() + std::chrono::hours(1)) && rq.op != 'Q';) {
     if (rq.op == 'R') {
       plane.release(rq.value);
       live.erase(rq.value);
@@ -144,9 +124,10 @@ class Server {
     Request rq{op, bytes};
     write_exact(to_, &rq, sizeof rq);
     std::uint32_t len = 0;
-    if (!read_exact(from_, &len, 4, kReplyTimeout)) throw std::runtime_error("server did not answer");
+    const auto deadline = Clock::now() + kReplyTimeout;
+    if (!read_exact(from_, &len, 4, deadline)) throw std::runtime_error("server did not answer");
     std::vector<char> b(len);
-    if (!read_exact(from_, b.data(), len, kReplyTimeout) || !read_exact(from_, expose_s, sizeof *expose_s, kReplyTimeout))
+    if (!read_exact(from_, b.data(), len, deadline) || !read_exact(from_, expose_s, sizeof *expose_s, deadline))
       throw std::runtime_error("server did not answer");
     return tp::decode_descriptor(b);
   }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "../../runtime/src/transport/data_plane.hpp"
+#include "support/pipe_io.hpp"
 
 extern char** environ;
 
@@ -29,6 +30,8 @@ using troupe::DType;
 using troupe::TensorView;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
+using test_support::read_exact;
+using test_support::write_exact;
 
 constexpr const char* kHelperEnv = "TROUPE_TRANSPORT_HELPER";
 
@@ -56,30 +59,6 @@ std::size_t first_mismatch(const void* p, std::size_t n, std::uint64_t seed) {
   }
   for (std::size_t i = words * 8; i < n; ++i) if (b[i] != static_cast<unsigned char>(mix(seed + i))) return i;
   return n;
-}
-
-bool read_exact(int fd, void* p, std::size_t n, Clock::time_point deadline) {
-  auto* c = static_cast<char*>(p);
-  while (n > 0) {
-    auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
-    pollfd pf{fd, POLLIN, 0};
-    if (left <= 0 || ::poll(&pf, 1, int(left)) <= 0) return false;
-    ssize_t k = ::read(fd, c, n);
-    if (k <= 0) return false;
-    c += k;
-    n -= std::size_t(k);
-  }
-  return true;
-}
-
-void write_exact(int fd, const void* p, std::size_t n) {
-  auto* c = static_cast<const char*>(p);
-  while (n > 0) {
-    ssize_t k = ::write(fd, c, n);
-    if (k <= 0) return;
-    c += k;
-    n -= std::size_t(k);
-  }
 }
 
 // This binary re-run in the helper role: it exposes one filled tensor, sends the descriptor
@@ -182,8 +161,12 @@ int run_helper(const std::string& spec) {
   }
   auto d = tp::encode(plane.expose(t));
   std::uint32_t len = std::uint32_t(d.size());
-  write_exact(wfd, &len, 4);
-  write_exact(wfd, d.data(), d.size());
+  try {
+    write_exact(wfd, &len, 4);
+    write_exact(wfd, d.data(), d.size());
+  } catch (const std::runtime_error&) {
+    return 1;   // the test went away
+  }
   char c;
   pollfd pf{rfd, POLLIN, 0};
   ::poll(&pf, 1, 60000);   // until the parent closes its end (or a minute)
