@@ -13,6 +13,10 @@ endfunction()
 
 # Test binaries are few and grouped (one per module): troupe_add_tests(<name> SOURCES ... LIBS ...)
 # builds tests/<name> with doctest's main and registers each TEST_CASE with ctest.
+# Every discovered test gets these properties: a name ctest cannot pass back intact (e.g. one with
+# ';') would select no test case and pass vacuously, so a run of zero test cases fails.
+set(TROUPE_TEST_FAIL_IF_EMPTY FAIL_REGULAR_EXPRESSION "test cases: +0 [|]")
+
 function(troupe_add_tests name)
   cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS" ${ARGN})
   if(NOT T_TIMEOUT)
@@ -21,9 +25,7 @@ function(troupe_add_tests name)
   add_executable(${name} ${CMAKE_SOURCE_DIR}/tests/doctest_main.cpp ${T_SOURCES})
   target_link_libraries(${name} PRIVATE doctest::doctest ${T_LIBS})
   target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/tests)
-  # A name ctest cannot pass back intact (e.g. one with ';') would select no test case and pass
-  # vacuously: a run of zero test cases fails.
-  doctest_discover_tests(${name} PROPERTIES TIMEOUT ${T_TIMEOUT} FAIL_REGULAR_EXPRESSION "test cases: +0 [|]")
+  doctest_discover_tests(${name} PROPERTIES TIMEOUT ${T_TIMEOUT} ${TROUPE_TEST_FAIL_IF_EMPTY})
 endfunction()
 
 # Benchmarks land in build/bench/: troupe_add_bench(<name> SOURCES ... LIBS ...)

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "cluster_harness.hpp"
+#include "support/temp_dir.hpp"
 #include "test_actors.hpp"
 
 using namespace std::chrono_literals;
@@ -143,12 +144,11 @@ TEST_CASE("colocated actors share one worker process") {
 }
 
 TEST_CASE("without an address, a process actor runs on an embedded head and node") {
-  char tmpl[] = "/tmp/troupe-embedded-XXXXXX";
-  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  test_support::TempDir dir("troupe-embedded");
   int worker_pid = 0;
   {
     troupe::RuntimeConfig cfg;
-    cfg.session_root = tmpl;
+    cfg.session_root = dir.path;
     auto rt = troupe::Runtime::create(cfg);
     auto local = rt.spawn<Store>(troupe::Options{}, 1);
     auto remote = rt.spawn<Store>(troupe::Options{}.process(true), 2);
@@ -162,7 +162,6 @@ TEST_CASE("without an address, a process actor runs on an embedded head and node
   }
   // The runtime's shutdown stopped the embedded node and its worker.
   CHECK(::kill(worker_pid, 0) != 0);
-  itest::run({"/bin/rm", "-rf", tmpl});
 }
 
 TEST_CASE("placement groups reserve bundles across nodes, and colocated actors share a bundle's process") {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cluster_harness.hpp"
+#include "support/temp_dir.hpp"
 
 namespace {
 
@@ -28,9 +29,8 @@ std::vector<nlohmann::json> run_grpo(const std::string& dir, bool workers) {
 }  // namespace
 
 TEST_CASE("GRPO in worker processes takes the same steps as in-process") {
-  char tmpl[] = "/tmp/troupe-grpo-XXXXXX";
-  REQUIRE(::mkdtemp(tmpl) != nullptr);
-  std::string root = tmpl;
+  test_support::TempDir dir("troupe-grpo");
+  const std::string& root = dir.path;
   auto local = run_grpo(root + "/local", false);
   auto remote = run_grpo(root + "/workers", true);
   REQUIRE(local.size() == 3);
@@ -40,5 +40,4 @@ TEST_CASE("GRPO in worker processes takes the same steps as in-process") {
     CHECK(remote[i]["loss"] == local[i]["loss"]);
     CHECK(remote[i]["policy_version"] == local[i]["policy_version"]);
   }
-  std::filesystem::remove_all(root);
 }

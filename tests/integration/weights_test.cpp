@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "cluster_harness.hpp"
+#include "support/temp_dir.hpp"
 #include "troupe/troupe.hpp"
 #include "troupe/weights.hpp"
 
@@ -52,11 +53,10 @@ TROUPE_ACTOR(DyingReceiver, pid, pull_and_die);
 TROUPE_ACTOR(MappingReceiver, pid, map_from);
 
 TEST_CASE("weights: a worker publishes, another worker and the driver pull the same checked bytes") {
-  char tmpl[] = "/tmp/troupe-weights-XXXXXX";
-  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  test_support::TempDir dir("troupe-weights");
   {
     troupe::RuntimeConfig cfg;
-    cfg.session_root = tmpl;
+    cfg.session_root = dir.path;
     auto rt = troupe::Runtime::create(cfg);
     auto pub = rt.spawn<WeightStore>(troupe::Options{}.process(true));
     auto recv = rt.spawn<WeightStore>(troupe::Options{}.process(true));
@@ -73,7 +73,6 @@ TEST_CASE("weights: a worker publishes, another worker and the driver pull the s
     CHECK(pub.call(&WeightStore::stats).get().holds == 0);   // every transfer released its hold
     CHECK(recv.call(&WeightStore::stats).get().holds == 0);
   }
-  itest::run({"/bin/rm", "-rf", tmpl});
 }
 
 TEST_CASE("weights: two daemons, a broadcast tree of 4 receivers all get the publisher's version") {
@@ -99,11 +98,10 @@ TEST_CASE("weights: two daemons, a broadcast tree of 4 receivers all get the pub
 }
 
 TEST_CASE("weights: a receiver killed mid-transfer blocks neither the others nor the publisher") {
-  char tmpl[] = "/tmp/troupe-weights-XXXXXX";
-  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  test_support::TempDir dir("troupe-weights");
   {
     troupe::RuntimeConfig cfg;
-    cfg.session_root = tmpl;
+    cfg.session_root = dir.path;
     auto rt = troupe::Runtime::create(cfg);
     auto pub = rt.spawn<WeightStore>(troupe::Options{}.process(true), std::uint8_t(0), std::int64_t(1000));
     auto dier = rt.spawn<DyingReceiver>(troupe::Options{}.process(true));
@@ -125,15 +123,13 @@ TEST_CASE("weights: a receiver killed mid-transfer blocks neither the others nor
     CHECK(st.holds == 0);                                     // the lease ended the dead hold
     CHECK(st.live_versions == 1);                             // version 1 freed (WS-2)
   }
-  itest::run({"/bin/rm", "-rf", tmpl});
 }
 
 TEST_CASE("weights: subscribers on the host map a worker's version, held while they live (WS-2)") {
-  char tmpl[] = "/tmp/troupe-weights-XXXXXX";
-  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  test_support::TempDir dir("troupe-weights");
   {
     troupe::RuntimeConfig cfg;
-    cfg.session_root = tmpl;
+    cfg.session_root = dir.path;
     auto rt = troupe::Runtime::create(cfg);
     auto pub = rt.spawn<WeightStore>(troupe::Options{}.process(true));
     auto mapper = rt.spawn<MappingReceiver>(troupe::Options{}.process(true));
@@ -162,5 +158,4 @@ TEST_CASE("weights: subscribers on the host map a worker's version, held while t
     pub.call(&WeightStore::publish_synthetic, std::uint64_t(2), numels(4 << 20, 2), std::uint64_t(5)).get();
     CHECK(pub.call(&WeightStore::stats).get().live_versions == 1);
   }
-  itest::run({"/bin/rm", "-rf", tmpl});
 }

@@ -9,20 +9,14 @@
 #include "cluster/head.hpp"
 #include "cluster/http.hpp"
 #include "cluster/store.hpp"
+#include "support/temp_dir.hpp"
 
 using nlohmann::json;
 namespace cl = troupe::cluster;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/troupe-head-XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-};
+using test_support::TempDir;
 
 cl::HttpResponse call(const cl::Head& h, const std::string& method, const std::string& target,
                       const std::string& body, const std::string& token = "secret") {
