@@ -201,6 +201,8 @@ void check_policy_loss() {
   for (size_t i = 0; i < grad.size(); ++i) gerr = std::max(gerr, std::fabs(double(g_gpu[i]) - grad[i]) / gmax);
   const auto sc = dloss.host();
   const double err = std::max({gerr, double(std::fabs(sc[0] - loss)) / (1 + std::fabs(loss)), double(std::fabs(sc[1] - clip))});
+  std::fprintf(stderr, "policy_loss: loss gpu %.7g cpu %.7g, clip fraction gpu %.7g cpu %.7g, grad err %.3g of max %.3g\n",
+               double(sc[0]), double(loss), double(sc[1]), double(clip), gerr, gmax);
   record("policy_loss", err, 2e-5, time_us([&] { (void)tk::cuda::policy_loss(dlp.p, dold.p, dadv.p, dm.p, rows, tokens, dloss.p, dg.p, dloss.p + 1, o); }), n * 17.0);
 }
 

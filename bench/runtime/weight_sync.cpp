@@ -8,6 +8,11 @@
 //   cross_node two daemons on 127.0.0.1 with UCX_TLS=tcp, receivers in a broadcast tree
 // Memory on small machines: 2 GiB copies run with 1 receiver only ("note" in their entries).
 //   --sizes-mib 64,512,2048   --reps N (timed repetitions after one warm-up, best kept)
+//   --device D   instead of the CPU paths, the GPU path on CUDA device D (bench/device/weight_sync.sh):
+//                "same_gpu", a publisher mirroring each version on D and receivers in other worker
+//                processes taking it by CUDA IPC, "mode" "in_place" or "copy" (device to device);
+//                "memcpy_gbps" is then cudaMemcpy device-to-device on D. A last, untimed round
+//                checks every receiver's bytes on the device against the publisher's checksum.
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -23,6 +28,7 @@
 #include "../../tests/integration/cluster_harness.hpp"
 #include "troupe/troupe.hpp"
 #include "troupe/weights.hpp"
+#include "weights/gpu_sync.hpp"
 
 using troupe::ActorRef;
 using troupe::WeightStore;
@@ -125,6 +131,77 @@ std::vector<int> receiver_counts(std::size_t bytes, bool copies = true) {
   return {1, 2, 4};
 }
 
+// A GPU receiver in its own process: pulls versions into device memory.
+struct GpuReceiver {
+  std::unique_ptr<troupe::WeightSubscriber> sub;
+  void setup(ActorRef<WeightStore> source, std::int32_t device, bool in_place, bool verify) {
+    troupe::SubscriberOptions opts;
+    opts.device = device;
+    opts.map_shared = in_place;
+    opts.verify_mapped = verify;
+    sub = std::make_unique<troupe::WeightSubscriber>(std::move(source), opts);
+  }
+  std::int32_t pull(std::uint64_t version) { return sub->update(version)->device(); }
+  void clear() { sub->reset(); }
+};
+
+}  // namespace
+
+TROUPE_ACTOR(GpuReceiver, setup, pull, clear);
+
+namespace {
+
+// same_gpu: every round a new version, mirrored on `device` by the publisher before the clock
+// starts; the receivers pull it together. Then one checked round (verify on every receiver).
+std::vector<double> same_gpu(troupe::Runtime& rt, std::size_t bytes, int receivers, int device, bool in_place) {
+  auto procs = troupe::Options{}.process(true);
+  auto pub = rt.spawn<WeightStore>(procs, std::uint8_t(0), std::int64_t(60000), false, std::int32_t(device));
+  std::vector<ActorRef<GpuReceiver>> recvs;
+  for (int i = 0; i < receivers; ++i) recvs.push_back(rt.spawn<GpuReceiver>(procs));
+  auto round = [&](std::uint64_t version) {
+    for (auto& r : recvs) r.call(&GpuReceiver::clear).get();
+    pub.call(&WeightStore::publish_synthetic, version, numels(bytes), version).get();
+    auto t0 = Clock::now();
+    std::vector<troupe::Future<std::int32_t>> fs;
+    for (auto& r : recvs) fs.push_back(r.call(&GpuReceiver::pull, version));
+    for (auto& f : fs) {
+      if (f.get() != device) throw std::runtime_error("same_gpu: a receiver's set is not on the device");
+    }
+    return since(t0);
+  };
+  std::vector<double> rounds;
+  for (auto& r : recvs) r.call(&GpuReceiver::setup, pub, std::int32_t(device), in_place, false).get();
+  for (int rep = 0; rep <= g_reps; ++rep) rounds.push_back(round(std::uint64_t(rep + 1)));
+  for (auto& r : recvs) r.call(&GpuReceiver::setup, pub, std::int32_t(device), in_place, true).get();
+  (void)round(std::uint64_t(g_reps + 2));   // throws (the bench fails) on a checksum mismatch
+  for (auto& r : recvs) rt.kill(r);
+  rt.kill(pub);
+  return rounds;
+}
+
+int gpu_main(troupe::Runtime& rt, int device, const std::vector<std::size_t>& sizes) {
+  std::string why;
+  nlohmann::json results = nlohmann::json::array();
+  for (auto bytes : sizes) {
+    double d2d = troupe::detail::weights::gpu::copy_gbps(bytes, device, &why);
+    if (d2d <= 0) {
+      std::cerr << "weight_sync: no usable CUDA device " << device << ": " << why << "\n";
+      return 2;
+    }
+    for (bool in_place : {true, false}) {
+      for (int n : {1, 2, 4}) {
+        auto e = rounds_entry("same_gpu", bytes, n, same_gpu(rt, bytes, n, device, in_place), d2d,
+                              in_place ? "in_place" : "copy");
+        e["reference"] = "cudaMemcpy device to device";
+        results.push_back(e);
+        std::cerr << results.back().dump() << "\n";
+      }
+    }
+  }
+  std::cout << nlohmann::json{{"results", results}}.dump() << std::endl;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -132,6 +209,7 @@ int main(int argc, char** argv) {
   std::optional<troupe::Runtime> rt_slot(troupe::init(argc, argv));
   troupe::Runtime& rt = *rt_slot;
   std::vector<std::size_t> sizes = {64 * kMiB, 512 * kMiB, 2048 * kMiB};
+  int device = -1;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--reps") == 0) g_reps = std::max(1, std::atoi(argv[i + 1]));
     if (std::strcmp(argv[i], "--sizes-mib") == 0) {
@@ -139,7 +217,9 @@ int main(int argc, char** argv) {
       std::stringstream ss(argv[i + 1]);
       for (std::string s; std::getline(ss, s, ',');) sizes.push_back(std::size_t(std::stoll(s)) * kMiB);
     }
+    if (std::strcmp(argv[i], "--device") == 0) device = std::atoi(argv[i + 1]);
   }
+  if (device >= 0) return gpu_main(rt, device, sizes);
   nlohmann::json results = nlohmann::json::array();
   std::vector<double> mc;
   for (auto bytes : sizes) {

@@ -1,5 +1,6 @@
 // The weight store across processes: a worker publishes, other workers and the driver pull over
-// the data plane; two daemons and a broadcast tree of 4 receivers; a receiver dying mid-transfer.
+// the data plane; two daemons and a broadcast tree of 4 receivers; a receiver dying mid-transfer;
+// on a GPU machine, device mirrors imported by CUDA IPC.
 #include <doctest/doctest.h>
 
 #include <signal.h>
@@ -11,6 +12,7 @@
 #include "support/temp_dir.hpp"
 #include "troupe/troupe.hpp"
 #include "troupe/weights.hpp"
+#include "weights/gpu_sync.hpp"
 
 using namespace std::chrono_literals;
 using troupe::WeightStore;
@@ -41,6 +43,21 @@ struct MappingReceiver {
   }
 };
 
+// Pulls a store's latest version into device 0's memory by CUDA IPC (in place, or one device-to-
+// device copy), checked on the device against the publisher's checksum, and keeps it.
+struct DeviceReceiver {
+  std::unique_ptr<troupe::WeightSubscriber> sub;
+  std::int32_t pull(troupe::ActorRef<WeightStore> store, bool in_place) {
+    troupe::SubscriberOptions opts;
+    opts.device = 0;
+    opts.map_shared = in_place;
+    opts.verify_mapped = true;
+    sub = std::make_unique<troupe::WeightSubscriber>(store, opts);
+    return sub->update()->device();
+  }
+  void drop() { sub.reset(); }
+};
+
 troupe::Runtime connect(const itest::Cluster& c) { return itest::connect(c, 60s); }
 
 std::vector<std::int64_t> numels(std::int64_t total_floats, int n) {
@@ -51,6 +68,7 @@ std::vector<std::int64_t> numels(std::int64_t total_floats, int n) {
 
 TROUPE_ACTOR(DyingReceiver, pid, pull_and_die);
 TROUPE_ACTOR(MappingReceiver, pid, map_from);
+TROUPE_ACTOR(DeviceReceiver, pull, drop);
 
 TEST_CASE("weights: a worker publishes, another worker and the driver pull the same checked bytes") {
   test_support::TempDir dir("troupe-weights");
@@ -156,6 +174,55 @@ TEST_CASE("weights: subscribers on the host map a worker's version, held while t
     driver.reset();
     CHECK(wait_holds(0) == 0);
     pub.call(&WeightStore::publish_synthetic, std::uint64_t(2), numels(4 << 20, 2), std::uint64_t(5)).get();
+    CHECK(pub.call(&WeightStore::stats).get().live_versions == 1);
+  }
+}
+
+TEST_CASE("weights on a GPU: a worker's device mirror reaches other processes by CUDA IPC, checked, held while used") {
+  std::string why;
+  if (troupe::detail::weights::gpu::device_count(&why) == 0) {
+    troupe::RuntimeConfig cfg;
+    auto rt = troupe::Runtime::create(cfg);
+    auto store = rt.spawn<WeightStore>(troupe::Options{});
+    troupe::SubscriberOptions opts;
+    opts.device = 0;
+    CHECK_THROWS_AS(troupe::WeightSubscriber(store, opts), std::invalid_argument);
+    MESSAGE("no CUDA device here (" << why << "): the CUDA IPC transfers are checked on a GPU machine only");
+    return;
+  }
+  test_support::TempDir dir("troupe-weights");
+  {
+    troupe::RuntimeConfig cfg;
+    cfg.session_root = dir.path;
+    auto rt = troupe::Runtime::create(cfg);
+    auto pub = rt.spawn<WeightStore>(troupe::Options{}.process(true), std::uint8_t(0), std::int64_t(0), false,
+                                     std::int32_t(0));
+    auto in_place = rt.spawn<DeviceReceiver>(troupe::Options{}.process(true));
+    auto copying = rt.spawn<DeviceReceiver>(troupe::Options{}.process(true));
+    pub.call(&WeightStore::publish_synthetic, std::uint64_t(1), numels(16 << 20, 4), std::uint64_t(7)).get();
+    auto holds = [&] { return pub.call(&WeightStore::stats).get().holds; };
+    auto wait_holds = [&](std::size_t n) {
+      for (int i = 0; i < 300 && holds() != n; ++i) std::this_thread::sleep_for(20ms);
+      return holds();
+    };
+    CHECK(in_place.call(&DeviceReceiver::pull, pub, true).get() == 0);
+    CHECK(copying.call(&DeviceReceiver::pull, pub, false).get() == 0);
+    CHECK(wait_holds(1) == 1);   // the in-place import is held; the copy let go after copying
+    // The driver, a third process: in place too, same bytes on the device.
+    troupe::SubscriberOptions opts;
+    opts.device = 0;
+    opts.verify_mapped = true;
+    troupe::WeightSubscriber driver(pub, opts);
+    auto set = driver.update();
+    CHECK(set->device() == 0);
+    CHECK(set->version() == 1);
+    CHECK(wait_holds(2) == 2);
+    set.reset();
+    driver.reset();
+    in_place.call(&DeviceReceiver::drop).get();
+    CHECK(wait_holds(0) == 0);
+    // A newer version frees the old one, device mirror included.
+    pub.call(&WeightStore::publish_synthetic, std::uint64_t(2), numels(16 << 20, 4), std::uint64_t(8)).get();
     CHECK(pub.call(&WeightStore::stats).get().live_versions == 1);
   }
 }

@@ -1,13 +1,15 @@
 // The weight store in one process: publish/pull, the no-copy path, atomic swap under readers,
-// version freeing (WS-2), the copy path's checksum (WS-1) and wire compression bounds.
+// version freeing (WS-2), the copy path's checksum (WS-1), wire compression bounds and the device path.
 #include <doctest/doctest.h>
 
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <thread>
 
 #include "troupe/troupe.hpp"
 #include "troupe/weights.hpp"
+#include "weights/gpu_sync.hpp"
 
 using namespace std::chrono_literals;
 using troupe::NamedTensor;
@@ -219,6 +221,47 @@ TEST_CASE("weight wire compression: bf16 and int8-per-row stay within their stat
           if (e > bound) { FAIL_CHECK(t.name << "[" << r << "," << j << "] error " << e << " > " << bound); return; }
         }
       }
+    }
+  }
+}
+
+TEST_CASE("weight device path: a device the build or machine lacks is refused; with one, sets land on it") {
+  namespace gpu = troupe::detail::weights::gpu;
+  std::string why;
+  const int devices = gpu::device_count(&why);
+  troupe::PublisherOptions missing;
+  missing.device = devices;   // one past the last device there is
+  CHECK_THROWS_WITH_AS(troupe::WeightPublisher{missing}, doctest::Contains("device"), std::invalid_argument);
+  auto rt = troupe::Runtime::create();
+  auto host_store = rt.spawn<troupe::WeightStore>(troupe::Options{});
+  troupe::SubscriberOptions want;
+  want.device = devices;
+  CHECK_THROWS_WITH_AS(troupe::WeightSubscriber(host_store, want), doctest::Contains("device"), std::invalid_argument);
+  if (devices == 0) {
+    MESSAGE("no CUDA device here (" << why << "): the device transfers are checked on a GPU machine only");
+    return;
+  }
+  // A publisher mirrored on device 0; subscribers in this process take the mirror without a copy,
+  // or (allow_local = false: CUDA IPC cannot open a handle in its own process) pull to host and
+  // upload. Either way the bytes on the device are the published ones.
+  auto store = rt.spawn<troupe::WeightStore>(troupe::Options{}, std::uint8_t(0), std::int64_t(0), false, std::int32_t(0));
+  auto src = model(2.0f);
+  store.call(&troupe::WeightStore::publish, std::uint64_t(1), src).get();
+  for (bool local : {true, false}) {
+    troupe::SubscriberOptions opts;
+    opts.device = 0;
+    opts.allow_local = local;
+    troupe::WeightSubscriber sub(store, opts);
+    auto set = sub.update();
+    REQUIRE(set);
+    CHECK(set->device() == 0);
+    CHECK(set->wire_bytes() == 0);
+    for (const auto& t : src) {
+      const auto* d = set->find(t.name);
+      REQUIRE(d != nullptr);
+      std::vector<char> back(d->nbytes());
+      REQUIRE(gpu::copy_to_host(d->data, back.size(), back.data(), 0, &why));
+      CHECK(std::memcmp(back.data(), t.tensor.data, back.size()) == 0);
     }
   }
 }

@@ -18,7 +18,7 @@
 
 namespace troupe {
 
-namespace detail::weights { struct SetBuilder; }
+namespace detail::weights { struct SetBuilder; struct DeviceImage; }
 
 // One immutable version. Views share its buffer (no copy); holding the shared_ptr keeps the
 // version alive (WS-2). Thread-safe (read-only).
@@ -27,6 +27,9 @@ class WeightSet {
   std::uint64_t version() const { return version_; }
   std::uint64_t checksum() const { return checksum_; }            // over the wire image (WS-1)
   WireCompression compression() const { return compression_; }
+  // -1: tensors() view host memory. Otherwise the CUDA device whose memory they view (a
+  // subscriber's SubscriberOptions::device); wire() is then empty.
+  int device() const { return device_; }
   const std::vector<NamedTensor>& tensors() const { return tensors_; }
   const TensorView* find(const std::string& name) const;           // nullptr when absent
   std::size_t bytes() const { return bytes_; }                      // decoded tensor bytes
@@ -40,6 +43,10 @@ class WeightSet {
   std::vector<NamedTensor> tensors_;
   std::size_t bytes_ = 0;
   TensorView wire_;   // == the decoded buffer when uncompressed
+  TensorView image_;  // the decoded buffer: tensors_ view into it
+  int device_ = -1;
+  // A publisher's copy of image_ on its device (PublisherOptions::device), exported by CUDA IPC.
+  std::shared_ptr<const detail::weights::DeviceImage> device_image_;
 };
 using WeightSetPtr = std::shared_ptr<const WeightSet>;
 
@@ -49,6 +56,11 @@ struct PublisherOptions {
   // a receiver that died mid-transfer blocks nothing, and its version is freed at the lease.
   std::chrono::milliseconds hold_lease = std::chrono::seconds(60);
   std::size_t idle_buffers = 2;    // freed version buffers kept for the next publish
+  // GPU builds, >= 0: each version is also copied once into this CUDA device's memory, where
+  // subscribers on this host that ask for device memory (SubscriberOptions::device) take it by
+  // CUDA IPC: in place or by one device-to-device copy, never through the host. The constructor
+  // throws std::invalid_argument when the build has no CUDA or the machine no such device.
+  int device = -1;
 };
 
 struct PublisherStats {

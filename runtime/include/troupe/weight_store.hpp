@@ -37,6 +37,13 @@ struct SubscriberOptions {
   // checksummed by its publisher and never written again while held, so a mapping cannot be
   // torn (WS-1); copies are always checked.
   bool verify_mapped = false;
+  // GPU builds, >= 0: pulled versions land in this CUDA device's memory (WeightSet::device()).
+  // From a store on this host that mirrors its versions on this device (PublisherOptions::device)
+  // the version is imported by CUDA IPC: used in place while held when map_shared, else copied
+  // device-to-device; `verify_mapped` then hashes it (a device-to-host pass) before use. From any
+  // other store it is pulled to host memory as above, checked, and uploaded. The constructor
+  // throws std::invalid_argument when the build has no CUDA or the machine no such device.
+  int device = -1;
   // Called on the pulling thread after each bucket lands (bytes so far, total). May throw to
   // abandon the pull.
   std::function<void(std::size_t, std::size_t)> on_progress;
@@ -64,6 +71,10 @@ class WeightSubscriber {
 
  private:
   WeightSetPtr pull_from(const ActorRef<WeightStore>& source, std::uint64_t version);
+  // The manifest's CUDA IPC handle imported (in place or copied on the device); nullptr when it
+  // cannot be opened here (the host path then takes over).
+  WeightSetPtr import_device(const WeightManifest& m, const ActorRef<WeightStore>& source,
+                             const std::string& pull_id, bool* release_armed);
 
   std::vector<ActorRef<WeightStore>> sources_;
   SubscriberOptions opts_;
@@ -84,6 +95,8 @@ class WeightStore {
   // other constructors: a relay re-serves its copy, and a mapping would be re-exposed by a copy
   // per child; a store that only consumes may map).
   WeightStore(std::uint8_t compression, std::int64_t hold_lease_ms, bool relay_maps);
+  // As above; `device`: PublisherOptions::device (-1: none).
+  WeightStore(std::uint8_t compression, std::int64_t hold_lease_ms, bool relay_maps, std::int32_t device);
   ~WeightStore();
 
   // Publishes the tensors as `version` (one copy into shared memory); returns its checksum.

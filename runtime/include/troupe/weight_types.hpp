@@ -59,7 +59,9 @@ struct WeightOrigin {
   // Set by a subscriber that will map a version of a store on its host in place (no copy):
   // its hold then lasts until release() or the subscriber process's death, not a lease.
   bool map = false;
-  MSGPACK_DEFINE(host, pid, nonce, map);
+  // Set by a subscriber that wants the version in this CUDA device's memory (-1: host memory).
+  std::int32_t device = -1;
+  MSGPACK_DEFINE(host, pid, nonce, map, device);
   static const WeightOrigin& self();
 };
 
@@ -86,8 +88,16 @@ struct WeightManifest {
   // The caller asked to map (WeightOrigin::map) and its hold lasts while its process lives: only
   // then may it map the version instead of copying it.
   bool held_while_alive = false;
+  // GPU builds: the caller asked for `device` memory on the store's host, the store mirrors its
+  // versions on that host's GPU and the hold lasts while the caller lives: the CUDA IPC handle of
+  // the version's decoded image on `device` (device_bytes long, device_checksum its
+  // weight_checksum). Empty otherwise.
+  std::int32_t device = -1;
+  std::vector<char> device_handle;
+  std::uint64_t device_bytes = 0;
+  std::uint64_t device_checksum = 0;
   MSGPACK_DEFINE(version, checksum, compression, wire_bytes, entries, origin, publisher_key, local,
-                 descriptor, held_while_alive);
+                 descriptor, held_while_alive, device, device_handle, device_bytes, device_checksum);
 };
 
 // The 64-bit checksum of a version's wire image: XXH64 of each 1 MiB chunk (seed = chunk

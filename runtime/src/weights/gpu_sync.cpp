@@ -1,11 +1,14 @@
 #include "weights/gpu_sync.hpp"
 
-#if __has_include(<nccl.h>) && __has_include(<cuda_runtime_api.h>)
-#define TROUPE_WEIGHTS_GPU 1
+// The CUDA runtime half of the GPU paths (IPC, device buffers), compiled with the real calls when
+// the build defines TROUPE_WEIGHTS_GPU (CUDA found). NcclBroadcaster is in nccl_broadcast.cpp, so
+// that programs which do not broadcast do not load NCCL.
+#ifdef TROUPE_WEIGHTS_GPU
 #include <cuda_runtime_api.h>
-#include <nccl.h>
 #endif
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 
 namespace troupe::detail::weights::gpu {
@@ -18,10 +21,17 @@ bool ok(cudaError_t e, std::string* error) {
   if (error) *error = std::string("cuda: ") + cudaGetErrorString(e);
   return false;
 }
-bool ok(ncclResult_t r, std::string* error) {
-  if (r == ncclSuccess) return true;
-  if (error) *error = std::string("nccl: ") + ncclGetErrorString(r);
-  return false;
+
+// A copy that has landed when this returns: cudaMemcpy alone returns early for device-to-device
+// and pageable host-to-device copies. On a stream of its own that does not wait for (or hold up)
+// the work of the process's other streams.
+bool copy_sync(void* dst, const void* src, std::size_t n, cudaMemcpyKind kind, int device, std::string* error) {
+  cudaStream_t s;
+  if (!ok(cudaSetDevice(device), error) || !ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), error)) return false;
+  bool good = ok(cudaMemcpyAsync(dst, src, n, kind, s), error);
+  good = ok(cudaStreamSynchronize(s), good ? error : nullptr) && good;
+  (void)cudaStreamDestroy(s);
+  return good;
 }
 
 }  // namespace
@@ -51,63 +61,59 @@ std::unique_ptr<IpcMapping> IpcMapping::open(const IpcHandle& h, std::string* er
   std::memcpy(&mh, h.bytes.data(), sizeof mh);
   void* p = nullptr;
   if (!ok(cudaIpcOpenMemHandle(&p, mh, cudaIpcMemLazyEnablePeerAccess), error)) return nullptr;
-  return std::unique_ptr<IpcMapping>(new IpcMapping(p, h.nbytes));
+  return std::unique_ptr<IpcMapping>(new IpcMapping(p, h.nbytes, h.device));
 }
 
 IpcMapping::~IpcMapping() { (void)cudaIpcCloseMemHandle(ptr_); }
 
 bool IpcMapping::copy_to(void* dst, std::string* error) const {
-  return ok(cudaMemcpy(dst, ptr_, n_, cudaMemcpyDeviceToDevice), error);
+  return copy_sync(dst, ptr_, n_, cudaMemcpyDeviceToDevice, device_, error);
 }
 
-std::optional<std::array<char, 128>> NcclBroadcaster::make_id(std::string* error) {
-  ncclUniqueId id;
-  if (!ok(ncclGetUniqueId(&id), error)) return std::nullopt;
-  std::array<char, 128> out{};
-  static_assert(sizeof(id) == sizeof(out));
-  std::memcpy(out.data(), &id, sizeof id);
-  return out;
+std::unique_ptr<DeviceBuffer> DeviceBuffer::allocate(std::size_t nbytes, int device, std::string* error) {
+  void* p = nullptr;
+  if (!ok(cudaSetDevice(device), error) || !ok(cudaMalloc(&p, std::max<std::size_t>(nbytes, 1)), error)) return nullptr;
+  return std::unique_ptr<DeviceBuffer>(new DeviceBuffer(p, nbytes, device));
 }
 
-std::unique_ptr<NcclBroadcaster> NcclBroadcaster::create(const std::array<char, 128>& id, int rank, int nranks,
-                                                         int device, std::string* error) {
-  if (!ok(cudaSetDevice(device), error)) return nullptr;
-  std::unique_ptr<NcclBroadcaster> b(new NcclBroadcaster);
-  cudaStream_t s;
-  if (!ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), error)) return nullptr;
-  b->stream_ = s;
-  ncclUniqueId uid;
-  std::memcpy(&uid, id.data(), sizeof uid);
-  ncclComm_t comm;
-  if (!ok(ncclCommInitRank(&comm, nranks, uid, rank), error)) return nullptr;
-  b->comm_ = comm;
-  return b;
+DeviceBuffer::~DeviceBuffer() {
+  if (cudaSetDevice(device_) == cudaSuccess) (void)cudaFree(ptr_);
 }
 
-NcclBroadcaster::~NcclBroadcaster() {
-  if (comm_) (void)ncclCommDestroy(static_cast<ncclComm_t>(comm_));
-  if (stream_) (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+bool DeviceBuffer::upload(const void* host, std::size_t n, std::string* error) {
+  return copy_sync(ptr_, host, std::min(n, n_), cudaMemcpyHostToDevice, device_, error);
 }
 
-bool NcclBroadcaster::broadcast(void* buf, std::size_t nbytes, int root, std::size_t bucket, std::string* error) {
-  auto comm = static_cast<ncclComm_t>(comm_);
-  auto stream = static_cast<cudaStream_t>(stream_);
-  if (bucket == 0) bucket = nbytes;
-  if (!ok(ncclGroupStart(), error)) return false;
-  for (std::size_t off = 0; off < nbytes; off += bucket) {
-    std::size_t len = std::min(bucket, nbytes - off);
-    char* p = static_cast<char*>(buf) + off;
-    if (!ok(ncclBroadcast(p, p, len, ncclUint8, root, comm, stream), error)) return (void)ncclGroupEnd(), false;
+bool DeviceBuffer::download(void* host, std::size_t n, std::string* error) const {
+  return copy_to_host(ptr_, std::min(n, n_), host, device_, error);
+}
+
+bool copy_to_host(const void* device_src, std::size_t n, void* host, int device, std::string* error) {
+  return copy_sync(host, device_src, n, cudaMemcpyDeviceToHost, device, error);
+}
+
+bool DeviceBuffer::copy_from(const void* device_src, std::size_t n, std::string* error) {
+  return copy_sync(ptr_, device_src, std::min(n, n_), cudaMemcpyDeviceToDevice, device_, error);
+}
+
+double copy_gbps(std::size_t nbytes, int device, std::string* error) {
+  auto a = DeviceBuffer::allocate(nbytes, device, error);
+  auto b = a ? DeviceBuffer::allocate(nbytes, device, error) : nullptr;
+  if (!b || !b->copy_from(a->data(), nbytes, error)) return 0;   // warm-up
+  double best = 1e9;
+  for (int i = 0; i < 3; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    if (!b->copy_from(a->data(), nbytes, error)) return 0;
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
-  if (!ok(ncclGroupEnd(), error)) return false;
-  return ok(cudaStreamSynchronize(stream), error);
+  return double(nbytes) / best / 1e9;
 }
 
 #else   // CPU-only build: the GPU paths report that they are absent.
 
 namespace {
 bool absent(std::string* error) {
-  if (error) *error = "built without CUDA/NCCL";
+  if (error) *error = "built without CUDA";
   return false;
 }
 }  // namespace
@@ -118,12 +124,13 @@ std::optional<IpcHandle> export_buffer(void*, std::size_t, int, std::string* err
 std::unique_ptr<IpcMapping> IpcMapping::open(const IpcHandle&, std::string* error) { return absent(error), nullptr; }
 IpcMapping::~IpcMapping() = default;
 bool IpcMapping::copy_to(void*, std::string* error) const { return absent(error); }
-std::optional<std::array<char, 128>> NcclBroadcaster::make_id(std::string* error) { return absent(error), std::nullopt; }
-std::unique_ptr<NcclBroadcaster> NcclBroadcaster::create(const std::array<char, 128>&, int, int, int, std::string* error) {
-  return absent(error), nullptr;
-}
-NcclBroadcaster::~NcclBroadcaster() = default;
-bool NcclBroadcaster::broadcast(void*, std::size_t, int, std::size_t, std::string* error) { return absent(error); }
+std::unique_ptr<DeviceBuffer> DeviceBuffer::allocate(std::size_t, int, std::string* error) { return absent(error), nullptr; }
+DeviceBuffer::~DeviceBuffer() = default;
+bool DeviceBuffer::upload(const void*, std::size_t, std::string* error) { return absent(error); }
+bool DeviceBuffer::download(void*, std::size_t, std::string* error) const { return absent(error); }
+bool DeviceBuffer::copy_from(const void*, std::size_t, std::string* error) { return absent(error); }
+double copy_gbps(std::size_t, int, std::string* error) { return absent(error), 0; }
+bool copy_to_host(const void*, std::size_t, void*, int, std::string* error) { return absent(error); }
 
 #endif
 

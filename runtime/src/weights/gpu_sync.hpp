@@ -1,13 +1,13 @@
 // GPU paths of the weight store: CUDA IPC (processes on one GPU share a device buffer; the reader
-// copies device-to-device or uses it in place) and an NCCL broadcast of a device buffer within a
-// group (one rank per GPU). Compiled with the real calls when CUDA and NCCL headers are present
-// (the build links troupe::nccl: TROUPE_HAVE_NCCL); otherwise every function reports
-// unavailability and the CPU paths are used. No CUDA type appears here, so CPU-only consumers
-// compile without the toolkit.
+// copies device-to-device or uses it in place), device buffers, and an NCCL broadcast of a device
+// buffer within a group (one rank per GPU). gpu_sync.cpp holds the CUDA runtime calls (compiled
+// in when CUDA is found: TROUPE_WEIGHTS_GPU), nccl_broadcast.cpp the NCCL ones (when NCCL is
+// found: TROUPE_WEIGHTS_NCCL); otherwise every function reports unavailability and the CPU paths
+// are used. No CUDA type appears here, so CPU-only consumers compile without the toolkit.
 //
-// Errors: every function returns false / an empty optional and fills `error` (the CUDA/NCCL
-// message) instead of throwing; none aborts on a machine without a driver or a device.
-// Thread safety: a NcclBroadcaster is used by one thread at a time; the free functions are safe.
+// Errors: every function returns false / an empty optional / nullptr and fills `error` (the
+// CUDA/NCCL message) instead of throwing; none aborts on a machine without a driver or a device.
+// Thread safety: a NcclBroadcaster is used by one thread at a time; the rest is safe.
 #pragma once
 
 #include <array>
@@ -19,7 +19,7 @@
 
 namespace troupe::detail::weights::gpu {
 
-bool compiled();                       // true when built against CUDA + NCCL
+bool compiled();                       // true when built against CUDA
 int device_count(std::string* error);  // 0 when no usable device (or not compiled)
 
 // A device buffer exported to other processes (cudaIpcGetMemHandle). Plain bytes: ship it in a
@@ -38,14 +38,44 @@ class IpcMapping {
   ~IpcMapping();
   void* data() const { return ptr_; }
   std::size_t size() const { return n_; }
-  // Device-to-device copy of the whole buffer into `dst` (a device pointer on the same device).
+  int device() const { return device_; }
+  // Device-to-device copy of the whole buffer into `dst` (a device pointer on the same device),
+  // landed when this returns.
   bool copy_to(void* dst, std::string* error) const;
 
  private:
-  IpcMapping(void* p, std::size_t n) : ptr_(p), n_(n) {}
+  IpcMapping(void* p, std::size_t n, int device) : ptr_(p), n_(n), device_(device) {}
   void* ptr_;
   std::size_t n_;
+  int device_;
 };
+
+// A device allocation (cudaMalloc), freed by the destructor. Copies are synchronous: when one
+// returns true the bytes are in place.
+class DeviceBuffer {
+ public:
+  static std::unique_ptr<DeviceBuffer> allocate(std::size_t nbytes, int device, std::string* error);
+  ~DeviceBuffer();
+  void* data() const { return ptr_; }
+  std::size_t size() const { return n_; }
+  int device() const { return device_; }
+  bool upload(const void* host, std::size_t n, std::string* error);           // host -> here
+  bool download(void* host, std::size_t n, std::string* error) const;         // here -> host
+  bool copy_from(const void* device_src, std::size_t n, std::string* error);  // device -> here
+
+ private:
+  DeviceBuffer(void* p, std::size_t n, int device) : ptr_(p), n_(n), device_(device) {}
+  void* ptr_;
+  std::size_t n_;
+  int device_;
+};
+
+// Copies `n` bytes of device memory at `device_src` (on `device`) to host memory.
+bool copy_to_host(const void* device_src, std::size_t n, void* host, int device, std::string* error);
+
+// cudaMemcpy device-to-device bandwidth on `device` for `nbytes` (best of 3, GB/s), the
+// reference of the GPU rows of build/bench/weight_sync; 0 on error.
+double copy_gbps(std::size_t nbytes, int device, std::string* error);
 
 // One NCCL communicator over `nranks` processes (one GPU each). Rank 0 makes the unique id
 // (128 opaque bytes) and ships it to the others over the control plane.

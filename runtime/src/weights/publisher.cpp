@@ -100,6 +100,7 @@ struct WeightPublisher::State {
 };
 
 WeightPublisher::WeightPublisher(PublisherOptions opts) : opts_(opts), state_(std::make_shared<State>()) {
+  detail::weights::SetBuilder::check_device(opts_.device, "WeightPublisher");
   state_->pool = std::make_shared<detail::weights::BufferPool>(opts_.idle_buffers);
   std::lock_guard lock(registry().mu);
   key_ = registry().next++;
@@ -143,12 +144,14 @@ WeightSetPtr WeightPublisher::publish_in_place(std::uint64_t version, const std:
   for (const auto& e : entries) {
     if (!dtype_valid(e.dtype)) throw std::invalid_argument("weights: bad dtype for '" + e.name + "'");
   }
-  auto set = detail::weights::SetBuilder::build(version, entries, opts_.compression, *state_->pool, write);
+  auto set = detail::weights::SetBuilder::build(version, entries, opts_.compression, *state_->pool, write,
+                                                    opts_.device);
   adopt(set);
   return set;
 }
 
 void WeightPublisher::adopt(WeightSetPtr set) {
+  if (set->device() >= 0) throw std::invalid_argument("weights: a set in device memory cannot be re-published");
   std::lock_guard lock(state_->mu);
   if (state_->latest && set->version() <= state_->latest->version()) {
     throw std::invalid_argument("weights: version " + std::to_string(set->version()) + " is not above the latest");

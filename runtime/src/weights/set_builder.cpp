@@ -1,6 +1,7 @@
 #include "weights/set_builder.hpp"
 
 #include <cstring>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
@@ -93,7 +94,7 @@ std::vector<WeightEntry> SetBuilder::entries_of(const std::vector<NamedTensor>& 
 std::vector<WeightEntry> SetBuilder::entries_of(const WeightSet& s) { return entries_of(s.tensors()); }
 
 WeightSetPtr SetBuilder::build(std::uint64_t version, const std::vector<WeightEntry>& entries, WireCompression c,
-                               BufferPool& pool, const std::function<void(std::size_t, void*)>& write) {
+                               BufferPool& pool, const std::function<void(std::size_t, void*)>& write, int device) {
   std::size_t total = 0;
   auto offs = offsets(entries, &total);
   TensorView image = pool.get(total);
@@ -110,6 +111,7 @@ WeightSetPtr SetBuilder::build(std::uint64_t version, const std::vector<WeightEn
   set->compression_ = c;
   set->tensors_ = views_of(entries, image);
   set->bytes_ = total;
+  set->image_ = image;
   if (c == WireCompression::None) {
     set->wire_ = image;
   } else {
@@ -123,7 +125,65 @@ WeightSetPtr SetBuilder::build(std::uint64_t version, const std::vector<WeightEn
     }
   }
   set->checksum_ = weight_checksum(set->wire_.data, set->wire_.nbytes());
+  if (device >= 0) {
+    std::string error;
+    auto img = std::make_shared<DeviceImage>();
+    img->buffer = gpu::DeviceBuffer::allocate(total, device, &error);
+    std::optional<gpu::IpcHandle> handle;
+    if (img->buffer && img->buffer->upload(image.data, total, &error)) {
+      handle = gpu::export_buffer(img->buffer->data(), total, device, &error);
+    }
+    if (!handle) throw std::runtime_error("weights: mirroring version " + std::to_string(version) + " on device " +
+                                          std::to_string(device) + ": " + error);
+    img->handle = *handle;
+    img->checksum = c == WireCompression::None ? set->checksum_ : weight_checksum(image.data, total);
+    set->device_image_ = std::move(img);
+  }
   return set;
+}
+
+WeightSetPtr SetBuilder::on_device(std::uint64_t version, std::uint64_t checksum, const std::vector<WeightEntry>& entries,
+                                   WireCompression c, void* data, int device, std::shared_ptr<void> keep) {
+  auto set = std::make_shared<WeightSet>();
+  set->version_ = version;
+  set->checksum_ = checksum;
+  set->compression_ = c;
+  std::size_t total = 0;
+  (void)offsets(entries, &total);
+  set->bytes_ = total;
+  set->image_ = TensorView::wrap(data, DType::U8, {std::int64_t(total)}, std::move(keep));
+  set->tensors_ = views_of(entries, set->image_);
+  set->wire_ = TensorView::wrap(nullptr, DType::U8, {0}, nullptr);   // nothing to serve from here
+  set->device_ = device;
+  return set;
+}
+
+WeightSetPtr SetBuilder::to_device(const WeightSetPtr& host, int device) {
+  if (host->device_ == device) return host;
+  auto entries = entries_of(*host);
+  if (const auto* img = host->device_image_.get(); img && img->handle.device == device) {
+    return on_device(host->version_, host->checksum_, entries, host->compression_, img->buffer->data(), device,
+                     std::shared_ptr<void>(host, img->buffer->data()));
+  }
+  std::string error;
+  std::shared_ptr<gpu::DeviceBuffer> buf = gpu::DeviceBuffer::allocate(host->bytes_, device, &error);
+  if (!buf || !buf->upload(host->image_.data, host->bytes_, &error)) {
+    throw WeightError(WeightError::Kind::Transfer, "weights: uploading version " + std::to_string(host->version_) +
+                                                       " to device " + std::to_string(device) + ": " + error);
+  }
+  void* data = buf->data();
+  return on_device(host->version_, host->checksum_, entries, host->compression_, data, device, std::move(buf));
+}
+
+void SetBuilder::check_device(int device, const char* who) {
+  if (device < 0) return;
+  std::string error;
+  if (!gpu::compiled()) throw std::invalid_argument(std::string(who) + ": device " + std::to_string(device) + ": built without CUDA");
+  int n = gpu::device_count(&error);
+  if (device >= n) {
+    throw std::invalid_argument(std::string(who) + ": no CUDA device " + std::to_string(device) + " (" +
+                                std::to_string(n) + " found" + (error.empty() ? "" : ": " + error) + ")");
+  }
 }
 
 WeightSetPtr SetBuilder::from_wire(std::uint64_t version, std::uint64_t checksum,
@@ -138,10 +198,12 @@ WeightSetPtr SetBuilder::from_wire(std::uint64_t version, std::uint64_t checksum
   set->bytes_ = total;
   if (c == WireCompression::None) {
     set->tensors_ = views_of(entries, wire);
+    set->image_ = wire;
   } else {
     auto layout = wire_layout(entries, c);
     TensorView image = pool.get(total);
     set->tensors_ = views_of(entries, image);
+    set->image_ = image;
     std::vector<void*> dsts;
     for (const auto& t : set->tensors_) dsts.push_back(t.tensor.data);
     if (!k::unpack_bucket(layout, static_cast<const std::byte*>(wire.data), dsts).ok()) {

@@ -10,10 +10,18 @@
 
 #include "troupe/weight_set.hpp"
 #include "weights/buffer_pool.hpp"
+#include "weights/gpu_sync.hpp"
 
 namespace troupe::detail::weights {
 
 inline constexpr std::size_t kAlign = 256;   // tensor offsets in the decoded image
+
+// A publisher's copy of a version's decoded image on a CUDA device, exported to other processes.
+struct DeviceImage {
+  std::shared_ptr<gpu::DeviceBuffer> buffer;
+  gpu::IpcHandle handle;
+  std::uint64_t checksum = 0;   // weight_checksum of the decoded image
+};
 
 struct SetBuilder {
   // Offsets of each entry in the decoded image; `total` gets its size.
@@ -24,13 +32,25 @@ struct SetBuilder {
 
   // Fills a pooled buffer by calling write(i, dst) for each entry (dst: its contiguous bytes in
   // the decoded image), encodes the wire image and checksums it.
+  // With `device` >= 0 the decoded image is also copied to that CUDA device and exported
+  // (WeightSet's DeviceImage). Throws std::runtime_error when that fails.
   static WeightSetPtr build(std::uint64_t version, const std::vector<WeightEntry>& entries,
                             WireCompression c, BufferPool& pool,
-                            const std::function<void(std::size_t, void*)>& write);
+                            const std::function<void(std::size_t, void*)>& write, int device = -1);
   // A set over a received wire image whose checksum was verified; decodes it when compressed.
   static WeightSetPtr from_wire(std::uint64_t version, std::uint64_t checksum,
                                 const std::vector<WeightEntry>& entries, WireCompression c,
                                 TensorView wire, BufferPool& pool);
+  // A set whose tensors view a decoded image at `data` in CUDA device `device`'s memory, kept
+  // alive by `keep`.
+  static WeightSetPtr on_device(std::uint64_t version, std::uint64_t checksum, const std::vector<WeightEntry>& entries,
+                                WireCompression c, void* data, int device, std::shared_ptr<void> keep);
+  // `host`'s decoded image copied to `device` (or, when `host` is mirrored on `device`, a view
+  // of that mirror). Throws WeightError(Transfer) when the device cannot take it.
+  static WeightSetPtr to_device(const WeightSetPtr& host, int device);
+  static const DeviceImage* device_image(const WeightSet& s) { return s.device_image_.get(); }
+  // Throws std::invalid_argument unless `device` is -1 or a CUDA device of this build and machine.
+  static void check_device(int device, const char* who);
   static std::vector<WeightEntry> entries_of(const WeightSet& s);
   static std::vector<WeightEntry> entries_of(const std::vector<NamedTensor>& tensors);
 };

@@ -11,11 +11,12 @@ namespace {
 
 namespace tp = detail::transport;
 
-PublisherOptions options_of(std::uint8_t compression, std::int64_t hold_lease_ms) {
+PublisherOptions options_of(std::uint8_t compression, std::int64_t hold_lease_ms, std::int32_t device = -1) {
   if (compression > std::uint8_t(WireCompression::Int8Row)) throw std::invalid_argument("WeightStore: bad compression");
   PublisherOptions o;
   o.compression = static_cast<WireCompression>(compression);
   if (hold_lease_ms > 0) o.hold_lease = std::chrono::milliseconds(hold_lease_ms);
+  o.device = device;
   return o;
 }
 
@@ -37,6 +38,9 @@ WeightStore::WeightStore(std::uint8_t compression, std::int64_t hold_lease_ms)
 
 WeightStore::WeightStore(std::uint8_t compression, std::int64_t hold_lease_ms, bool relay_maps)
     : publisher_(WeightPublisher::create(options_of(compression, hold_lease_ms))), relay_maps_(relay_maps) {}
+
+WeightStore::WeightStore(std::uint8_t compression, std::int64_t hold_lease_ms, bool relay_maps, std::int32_t device)
+    : publisher_(WeightPublisher::create(options_of(compression, hold_lease_ms, device))), relay_maps_(relay_maps) {}
 
 WeightStore::~WeightStore() = default;
 
@@ -80,12 +84,22 @@ WeightManifest WeightStore::manifest(std::uint64_t version, std::string subscrib
   tp::ExposeOptions opts;
   opts.lease = publisher_->options().hold_lease;   // DP-1 (b) ends with the hold's lease
   auto d = tp::DataPlane::instance().expose(set->wire(), opts);
-  // A subscriber on this host that maps the version keeps it while it lives (WS-2), however long.
-  std::uint32_t holder = caller.map && caller.host == m.origin.host ? caller.pid : 0;
+  // A subscriber on this host that maps the version, or imports its device mirror, keeps it while
+  // it lives (WS-2), however long.
+  const bool same_host = caller.host == m.origin.host;
+  const auto* image = detail::weights::SetBuilder::device_image(*set);
+  const bool device = same_host && image != nullptr && caller.device == image->handle.device;
+  std::uint32_t holder = (caller.map || device) && same_host ? caller.pid : 0;
   if (auto replaced = publisher_->hold(set, subscriber, d.region, holder, &m.held_while_alive)) {
     tp::DataPlane::instance().release(replaced);
   }
   m.descriptor = tp::encode(d);
+  if (device && m.held_while_alive) {
+    m.device = image->handle.device;
+    m.device_handle.assign(image->handle.bytes.begin(), image->handle.bytes.end());
+    m.device_bytes = image->handle.nbytes;
+    m.device_checksum = image->checksum;
+  }
   return m;
 }
 

@@ -104,6 +104,7 @@ WeightSubscriber::WeightSubscriber(std::vector<ActorRef<WeightStore>> sources, S
       pool_(std::make_shared<detail::weights::BufferPool>(opts_.idle_buffers)) {
   opts_.bucket_bytes = std::max(kChecksumChunk, (opts_.bucket_bytes + kChecksumChunk - 1) / kChecksumChunk * kChecksumChunk);
   if (sources_.empty()) throw std::invalid_argument("WeightSubscriber needs a source");
+  detail::weights::SetBuilder::check_device(opts_.device, "WeightSubscriber");
 }
 
 WeightSubscriber::~WeightSubscriber() = default;
@@ -150,6 +151,7 @@ WeightSetPtr WeightSubscriber::pull_from(const ActorRef<WeightStore>& source, st
   auto have = current();
   WeightOrigin me = WeightOrigin::self();
   me.map = opts_.map_shared;
+  me.device = opts_.device;
   if (!opts_.allow_local) me.nonce = 0;   // never taken for the store's own process
   auto reply = source.with_timeout(opts_.timeout)
                    .call(&WeightStore::manifest, version, pull_id, me, have ? have->version() : 0)
@@ -165,13 +167,16 @@ WeightSetPtr WeightSubscriber::pull_from(const ActorRef<WeightStore>& source, st
     auto pub = WeightPublisher::find_local(m.publisher_key);
     auto set = pub ? pub->get(m.version) : nullptr;
     if (!set) fail(WeightError::Kind::NotFound, "version " + std::to_string(m.version) + " is gone");
-    return set;
+    return opts_.device >= 0 ? detail::weights::SetBuilder::to_device(set, opts_.device) : set;
   }
   struct Release {   // ends the publisher's hold whatever happens (not waited for)
     const ActorRef<WeightStore>& src; std::uint64_t v; const std::string& id; bool armed = true;
     ~Release() { if (armed) (void)src.call(&WeightStore::release, v, id); }
   } release{source, m.version, pull_id};
   check_entries(m);
+  if (opts_.device >= 0 && m.held_while_alive && !m.device_handle.empty()) {
+    if (auto set = import_device(m, source, pull_id, &release.armed)) return set;
+  }
   std::uint64_t sum = 0;
   TensorView wire;
   try {
@@ -210,8 +215,58 @@ WeightSetPtr WeightSubscriber::pull_from(const ActorRef<WeightStore>& source, st
     fail(WeightError::Kind::Checksum, "version " + std::to_string(m.version) + " arrived with checksum " +
                                           std::to_string(sum) + ", published " + std::to_string(m.checksum));
   }
-  return detail::weights::SetBuilder::from_wire(m.version, m.checksum, m.entries,
-                                                static_cast<WireCompression>(m.compression), std::move(wire), *pool_);
+  auto set = detail::weights::SetBuilder::from_wire(m.version, m.checksum, m.entries,
+                                                    static_cast<WireCompression>(m.compression), std::move(wire), *pool_);
+  return opts_.device >= 0 ? detail::weights::SetBuilder::to_device(set, opts_.device) : set;
+}
+
+WeightSetPtr WeightSubscriber::import_device(const WeightManifest& m, const ActorRef<WeightStore>& source,
+                                             const std::string& pull_id, bool* release_armed) {
+  namespace gpu = detail::weights::gpu;
+  std::size_t total = 0;
+  (void)detail::weights::SetBuilder::offsets(m.entries, &total);
+  gpu::IpcHandle h;
+  if (m.device_handle.size() != h.bytes.size() || m.device_bytes != total || m.device != opts_.device) {
+    fail(WeightError::Kind::Transfer, "manifest's device handle does not match its entries");
+  }
+  std::copy(m.device_handle.begin(), m.device_handle.end(), h.bytes.begin());
+  h.nbytes = total;
+  h.device = m.device;
+  std::string error;
+  std::shared_ptr<gpu::IpcMapping> mapping = gpu::IpcMapping::open(h, &error);
+  if (!mapping) return nullptr;   // e.g. the store's own process (CUDA IPC is between processes)
+  void* data = mapping->data();
+  std::shared_ptr<void> keep;
+  if (opts_.map_shared) {   // in place: the hold ends when the last view here is dropped
+    *release_armed = false;
+    keep = std::shared_ptr<void>(data, [mapping, src = source, v = m.version, id = pull_id](void*) mutable {
+      mapping.reset();
+      try {
+        (void)src.call(&WeightStore::release, v, id);
+      } catch (...) {   // the runtime is going away: the store sees this process end instead
+      }
+    });
+  } else {                  // one device-to-device copy; the hold ends with this pull
+    std::shared_ptr<gpu::DeviceBuffer> buf = gpu::DeviceBuffer::allocate(total, opts_.device, &error);
+    if (!buf || !buf->copy_from(data, total, &error)) fail(WeightError::Kind::Transfer, "device copy: " + error);
+    mapping.reset();
+    data = buf->data();
+    keep = std::move(buf);
+  }
+  if (opts_.verify_mapped) {
+    std::vector<char> bytes(total);
+    if (!gpu::copy_to_host(data, total, bytes.data(), opts_.device, &error)) {
+      fail(WeightError::Kind::Transfer, "device check: " + error);
+    }
+    if (weight_checksum(bytes.data(), total) != m.device_checksum) {
+      fail(WeightError::Kind::Checksum, "version " + std::to_string(m.version) + " on device " +
+                                            std::to_string(m.device) + " does not match its checksum");
+    }
+  }
+  if (opts_.on_progress) opts_.on_progress(m.wire_bytes, m.wire_bytes);
+  return detail::weights::SetBuilder::on_device(m.version, m.checksum, m.entries,
+                                                static_cast<WireCompression>(m.compression), data, opts_.device,
+                                                std::move(keep));
 }
 
 }  // namespace troupe
