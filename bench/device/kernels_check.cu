@@ -195,14 +195,30 @@ void check_policy_loss() {
   must(tk::cuda::policy_loss(dlp.p, dold.p, dadv.p, dm.p, rows, tokens, dloss.p, dg.p, dloss.p + 1, o), "cuda loss");
   CK(cudaDeviceSynchronize());
   // Gradients are ~1e-8 each (weights 1/(n_s S)): compare them relative to the largest one.
+  // The gradient of a token jumps (to 0) where its ratio crosses 1 - clip_low, 1 + clip_high or
+  // the dual clip. Within 1e-6 of such an edge the two exps (the CPU's polynomial and CUDA's expf,
+  // each within 3e-7) may fall on either side, so both answers are right: those tokens are left
+  // out of the gradient comparison, counted, and must stay rare (at most 1 in 10^5).
+  const double edges_at[] = {1.0 - o.clip_low, 1.0 + o.clip_high, double(o.dual_clip)};
+  auto at_edge = [&](size_t i) {
+    const double r = std::exp(double(lp[i] - old[i]));
+    for (double e : edges_at) if (std::fabs(r - e) <= 1e-6 * e) return true;
+    return false;
+  };
   const auto g_gpu = dg.host();
   double gmax = 0, gerr = 0;
+  size_t edge_tokens = 0;
   for (size_t i = 0; i < grad.size(); ++i) gmax = std::max(gmax, double(std::fabs(grad[i])));
-  for (size_t i = 0; i < grad.size(); ++i) gerr = std::max(gerr, std::fabs(double(g_gpu[i]) - grad[i]) / gmax);
+  for (size_t i = 0; i < grad.size(); ++i) {
+    if (at_edge(i)) { ++edge_tokens; continue; }
+    gerr = std::max(gerr, std::fabs(double(g_gpu[i]) - grad[i]) / gmax);
+  }
   const auto sc = dloss.host();
-  const double err = std::max({gerr, double(std::fabs(sc[0] - loss)) / (1 + std::fabs(loss)), double(std::fabs(sc[1] - clip))});
-  std::fprintf(stderr, "policy_loss: loss gpu %.7g cpu %.7g, clip fraction gpu %.7g cpu %.7g, grad err %.3g of max %.3g\n",
-               double(sc[0]), double(loss), double(sc[1]), double(clip), gerr, gmax);
+  double err = std::max({gerr, double(std::fabs(sc[0] - loss)) / (1 + std::fabs(loss)), double(std::fabs(sc[1] - clip))});
+  if (edge_tokens * 100000 > grad.size()) err = std::max(err, 1.0);
+  std::fprintf(stderr, "policy_loss: loss gpu %.7g cpu %.7g, clip fraction gpu %.7g cpu %.7g, grad err %.3g of max %.3g"
+               " (%zu of %zu tokens at a clip edge left out)\n",
+               double(sc[0]), double(loss), double(sc[1]), double(clip), gerr, gmax, edge_tokens, grad.size());
   record("policy_loss", err, 2e-5, time_us([&] { (void)tk::cuda::policy_loss(dlp.p, dold.p, dadv.p, dm.p, rows, tokens, dloss.p, dg.p, dloss.p + 1, o); }), n * 17.0);
 }
 
