@@ -5,7 +5,9 @@
 //   same_host  receivers in other worker processes on this host; "mode": "map" (the default for
 //              subscribers: the publisher's version mapped read-only in place, no copy) or
 //              "copy" (a private, checksummed copy out of the publisher's shared memory)
-//   cross_node two daemons on 127.0.0.1 with UCX_TLS=tcp, receivers in a broadcast tree
+//   cross_node two daemons on 127.0.0.1 with UCX_TLS=tcp; "mode": "tree" (receivers follow a
+//              binary tree level by level, each relaying a version once it has all of it) or
+//              "chain" (chain_broadcast: each relay serves its child bucket by bucket as it lands)
 // Memory on small machines: 2 GiB copies run with 1 receiver only ("note" in their entries).
 //   --sizes-mib 64,512,2048   --reps N (timed repetitions after one warm-up, best kept)
 //   --device D   instead of the CPU paths, the GPU path on CUDA device D (bench/device/weight_sync.sh):
@@ -110,6 +112,26 @@ std::vector<double> broadcast(troupe::Runtime& rt, const troupe::Options& pub_op
       level_start = end;
       level_size *= 2;
     }
+    rounds.push_back(since(t0));
+  }
+  for (auto& r : relays) rt.kill(r);
+  rt.kill(pub);
+  return rounds;
+}
+
+// The same through a pipelined chain (chain_broadcast: each relay serves buckets as they land).
+std::vector<double> chain(troupe::Runtime& rt, const troupe::Options& pub_opts, const troupe::Options& recv_opts,
+                          std::size_t bytes, int receivers) {
+  auto pub = rt.spawn<WeightStore>(pub_opts);
+  std::vector<ActorRef<WeightStore>> relays;
+  for (int i = 0; i < receivers; ++i) relays.push_back(rt.spawn<WeightStore>(recv_opts));
+  std::vector<double> rounds;
+  for (int rep = 0; rep <= g_reps; ++rep) {
+    const auto version = std::uint64_t(rep + 1);
+    for (auto& r : relays) r.call(&WeightStore::clear).get();
+    pub.call(&WeightStore::publish_synthetic, version, numels(bytes), version).get();
+    auto t0 = Clock::now();
+    troupe::chain_broadcast(pub, relays, version, std::chrono::seconds(300));
     rounds.push_back(since(t0));
   }
   for (auto& r : relays) rt.kill(r);
@@ -250,7 +272,9 @@ int main(int argc, char** argv) {
     auto recv_opts = troupe::Options{}.resources("node_b=1");
     for (std::size_t i = 0; i < sizes.size(); ++i) {
       for (int n : receiver_counts(sizes[i])) {
-        results.push_back(rounds_entry("cross_node", sizes[i], n, broadcast(crt, pub_opts, recv_opts, sizes[i], n, true), mc[i]));
+        results.push_back(rounds_entry("cross_node", sizes[i], n, broadcast(crt, pub_opts, recv_opts, sizes[i], n, true), mc[i], "tree"));
+        std::cerr << results.back().dump() << "\n";
+        results.push_back(rounds_entry("cross_node", sizes[i], n, chain(crt, pub_opts, recv_opts, sizes[i], n), mc[i], "chain"));
         std::cerr << results.back().dump() << "\n";
       }
     }

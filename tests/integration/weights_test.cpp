@@ -1,6 +1,6 @@
 // The weight store across processes: a worker publishes, other workers and the driver pull over
 // the data plane; two daemons and a broadcast tree of 4 receivers; a receiver dying mid-transfer;
-// on a GPU machine, device mirrors imported by CUDA IPC.
+// a pipelined chain of relays; on a GPU machine, device mirrors imported by CUDA IPC.
 #include <doctest/doctest.h>
 
 #include <signal.h>
@@ -224,5 +224,55 @@ TEST_CASE("weights on a GPU: a worker's device mirror reaches other processes by
     // A newer version frees the old one, device mirror included.
     pub.call(&WeightStore::publish_synthetic, std::uint64_t(2), numels(16 << 20, 4), std::uint64_t(8)).get();
     CHECK(pub.call(&WeightStore::stats).get().live_versions == 1);
+  }
+}
+
+TEST_CASE("weights: a chain of relays in worker processes serves each version as it arrives, with a fallback") {
+  test_support::TempDir dir("troupe-weights");
+  {
+    troupe::RuntimeConfig cfg;
+    cfg.session_root = dir.path;
+    auto rt = troupe::Runtime::create(cfg);
+    auto pub = rt.spawn<WeightStore>(troupe::Options{}.process(true));
+    std::vector<troupe::ActorRef<WeightStore>> relays;
+    for (int i = 0; i < 3; ++i) relays.push_back(rt.spawn<WeightStore>(troupe::Options{}.process(true)));
+    auto sum = pub.call(&WeightStore::publish_synthetic, std::uint64_t(1), numels(64 << 20, 8), std::uint64_t(2)).get();
+    troupe::chain_broadcast(pub, relays, 1, 120s);
+    std::uint64_t streamed = 0;
+    for (auto& r : relays) {
+      CHECK(r.call(&WeightStore::latest_version).get() == 1);
+      auto st = r.call(&WeightStore::progress, std::uint64_t(1)).get();
+      CHECK(st.complete);
+      CHECK(st.landed == st.total);
+      streamed += r.call(&WeightStore::stats).get().streamed;
+    }
+    // A chain: the publisher served one transfer, each relay but the last one more.
+    CHECK(pub.call(&WeightStore::stats).get().transfers == 1);
+    CHECK(relays[0].call(&WeightStore::stats).get().transfers == 1);
+    CHECK(relays[1].call(&WeightStore::stats).get().transfers == 1);
+    CHECK(relays[2].call(&WeightStore::stats).get().transfers == 0);
+    // 256 MiB take a relay far longer than its child takes to ask: children pull while it lands.
+    CHECK(streamed >= 1);
+    // The last relay's bytes, copied out by the driver, are the publisher's.
+    troupe::SubscriberOptions copy;
+    copy.map_shared = false;
+    troupe::WeightSubscriber driver(relays[2], copy);
+    auto last = driver.update();
+    CHECK(troupe::weight_checksum(last->wire().data, last->wire_bytes()) == sum);
+
+    // A relay gone from the chain: its child falls back to the publisher.
+    pub.call(&WeightStore::publish_synthetic, std::uint64_t(2), numels(16 << 20, 4), std::uint64_t(3)).get();
+    rt.kill(relays[1]);
+    relays[2].call(&WeightStore::follow_async, std::vector<troupe::ActorRef<WeightStore>>{relays[1], pub},
+                   std::uint64_t(2)).get();
+    bool complete = false;
+    for (int i = 0; i < 600 && !complete; ++i) {
+      complete = relays[2].call(&WeightStore::progress, std::uint64_t(2)).get().complete;
+      if (!complete) std::this_thread::sleep_for(50ms);
+    }
+    CHECK(complete);
+    CHECK(pub.call(&WeightStore::stats).get().transfers == 2);
+    // A version nobody has: progress says NotFound.
+    CHECK_THROWS(relays[0].call(&WeightStore::progress, std::uint64_t(9)).get());
   }
 }

@@ -225,7 +225,7 @@ TEST_CASE("weight wire compression: bf16 and int8-per-row stay within their stat
   }
 }
 
-TEST_CASE("weight device path: a device the build or machine lacks is refused; with one, sets land on it") {
+TEST_CASE("weight device path: a device the build or machine lacks is refused, and with one the sets land on it") {
   namespace gpu = troupe::detail::weights::gpu;
   std::string why;
   const int devices = gpu::device_count(&why);

@@ -68,7 +68,9 @@ struct PublisherStats {
   std::size_t live_versions = 0;   // versions not yet freed (latest, held, or shared)
   std::size_t holds = 0;           // remote transfers in flight
   std::size_t buffers_allocated = 0;   // shared-memory buffers ever allocated
-  MSGPACK_DEFINE(latest, live_versions, holds, buffers_allocated);
+  std::uint64_t transfers = 0;     // remote transfers ever started (holds granted)
+  std::uint64_t streamed = 0;      // WeightStore: transfers of a version still arriving (follow_async)
+  MSGPACK_DEFINE(latest, live_versions, holds, buffers_allocated, transfers, streamed);
 };
 
 // Owns published versions. publish() copies the tensors once into a pooled shared-memory buffer

@@ -44,9 +44,12 @@ struct SubscriberOptions {
   // other store it is pulled to host memory as above, checked, and uploaded. The constructor
   // throws std::invalid_argument when the build has no CUDA or the machine no such device.
   int device = -1;
-  // Called on the pulling thread after each bucket lands (bytes so far, total). May throw to
-  // abandon the pull.
+  // Called on the pulling thread after each bucket lands (bytes so far, total: every byte before
+  // the first is in place). May throw to abandon the pull.
   std::function<void(std::size_t, std::size_t)> on_progress;
+  // Called on the pulling thread when a copy's receive buffer is ready, before any byte lands:
+  // the manifest of the version and the buffer (a relay serves it to its children meanwhile).
+  std::function<void(const WeightManifest&, const TensorView&)> on_receive_buffer;
 };
 
 // Pulls versions from `sources` (tried in order: a broadcast parent first, then the publisher)
@@ -116,17 +119,38 @@ class WeightStore {
   // it here unchanged (same version, checksum, wire image) for this store's own children.
   // Returns the checksum. Throws WeightError.
   std::uint64_t follow(std::vector<ActorRef<WeightStore>> sources, std::uint64_t version);
+  // Pipelined relay (a chain): starts pulling `version` as follow() does, on a thread of its own,
+  // and returns at once. While the version arrives, this store serves it to its own children as
+  // far as it has landed (manifest() answers `streaming`; they pull each bucket once progress()
+  // covers it), so a chain of N relays costs about one transfer plus N-1 buckets. Waits for an
+  // earlier follow_async to end first. Its outcome shows in progress().
+  void follow_async(std::vector<ActorRef<WeightStore>> sources, std::uint64_t version);
+  // How much of `version` is here. Throws WeightError: Transfer when this store's pull of it
+  // failed, NotFound when it neither has nor is pulling it.
+  FollowState progress(std::uint64_t version);
   void clear();                         // forget the latest (and a relay's copy)
   PublisherStats stats();
 
   const std::shared_ptr<WeightPublisher>& publisher() const { return publisher_; }
 
  private:
+  struct Stream;
+  WeightManifest streaming_manifest(const WeightManifest& arriving, const TensorView& wire,
+                                    const std::string& subscriber, std::uint64_t have);
+
   std::shared_ptr<WeightPublisher> publisher_;
   std::unique_ptr<WeightSubscriber> relay_;   // follow()'s receiving side, buffers reused
   std::vector<std::uint64_t> relay_sources_;
   bool relay_maps_ = false;
+  std::shared_ptr<Stream> stream_;            // follow_async()'s pull and what it serves meanwhile
 };
+
+// Sends `version` (published at `publisher`) down a chain: relays[0] follows the publisher,
+// relays[k] follows relays[k-1] (the publisher as fallback), each serving what it has received
+// to the next while it receives (follow_async). Returns once every relay has the version
+// complete; throws WeightError(Transfer) past `timeout`, CallError when a relay's pull failed.
+void chain_broadcast(const ActorRef<WeightStore>& publisher, const std::vector<ActorRef<WeightStore>>& relays,
+                     std::uint64_t version, std::chrono::milliseconds timeout = std::chrono::seconds(120));
 
 // Receiver k of n in a broadcast tree rooted at the publisher with `fanout` children per node:
 // the sources to follow, parent first, then the publisher as the fallback. `relays[k]` is
@@ -138,4 +162,4 @@ std::vector<ActorRef<WeightStore>> tree_sources(const ActorRef<WeightStore>& pub
 }  // namespace troupe
 
 TROUPE_ACTOR(troupe::WeightStore, publish, publish_synthetic, latest_version, manifest, release,
-             follow, clear, stats);
+             follow, follow_async, progress, clear, stats);

@@ -96,8 +96,22 @@ struct WeightManifest {
   std::vector<char> device_handle;
   std::uint64_t device_bytes = 0;
   std::uint64_t device_checksum = 0;
+  // The version is still arriving at this store (a relay's WeightStore::follow_async): pull a
+  // bucket only once WeightStore::progress says its bytes have landed here. Never mapped.
+  bool streaming = false;
   MSGPACK_DEFINE(version, checksum, compression, wire_bytes, entries, origin, publisher_key, local,
-                 descriptor, held_while_alive, device, device_handle, device_bytes, device_checksum);
+                 descriptor, held_while_alive, device, device_handle, device_bytes, device_checksum,
+                 streaming);
+};
+
+// How far a store has `version` (WeightStore::progress): `landed` of `total` wire bytes are
+// here, in order from the start; `complete` once it is checked and served like a published one.
+struct FollowState {
+  std::uint64_t version = 0;
+  std::uint64_t landed = 0;
+  std::uint64_t total = 0;
+  bool complete = false;
+  MSGPACK_DEFINE(version, landed, total, complete);
 };
 
 // The 64-bit checksum of a version's wire image: XXH64 of each 1 MiB chunk (seed = chunk

@@ -75,6 +75,7 @@ struct WeightPublisher::State {
   WeightSetPtr latest;
   std::map<std::uint64_t, std::weak_ptr<const WeightSet>> versions;   // every version not yet freed
   std::map<std::pair<std::uint64_t, std::string>, Hold> holds;
+  std::uint64_t transfers = 0;
   Clock::time_point next_liveness_check;   // holders' processes are looked up at most this often
 
   void sweep_locked() {
@@ -187,6 +188,7 @@ std::uint64_t WeightPublisher::hold(WeightSetPtr set, const std::string& subscri
   WeightSetPtr replaced_set;
   std::lock_guard lock(state_->mu);
   state_->sweep_locked();
+  ++state_->transfers;
   auto& h = state_->holds[{set->version(), subscriber}];
   std::uint64_t replaced = h.region;   // a repeated pull replaces the old hold
   replaced_set = std::move(h.set);
@@ -218,6 +220,7 @@ PublisherStats WeightPublisher::stats() const {
   s.live_versions = state_->versions.size();
   s.holds = state_->holds.size();
   s.buffers_allocated = state_->pool->allocated();
+  s.transfers = state_->transfers;
   return s;
 }
 

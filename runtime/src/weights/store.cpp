@@ -1,6 +1,10 @@
 // WeightStore: the actor face of a WeightPublisher (manifest / release for pulls from other
 // processes, follow for relays in a broadcast tree).
+#include <condition_variable>
 #include <cstring>
+#include <map>
+#include <optional>
+#include <thread>
 
 #include "transport/data_plane.hpp"
 #include "troupe/weight_store.hpp"
@@ -29,20 +33,51 @@ void fill_pattern(float* p, std::int64_t n, std::uint64_t seed) {
   }
 }
 
+using Clock = std::chrono::steady_clock;
+// A child asking for the version a relay is starting to pull waits this long for its manifest.
+constexpr auto kArrivingManifestWait = std::chrono::seconds(10);
+
 }  // namespace
 
-WeightStore::WeightStore() : publisher_(WeightPublisher::create()) {}
+// follow_async(): the pull on its own thread, and the version it is receiving, served to children
+// as it lands. Shared by the actor thread (manifest, progress, release) and the pulling thread.
+struct WeightStore::Stream {
+  std::mutex mu;
+  std::condition_variable changed;
+  bool running = false;
+  std::uint64_t wanted = 0;                  // the version asked for (kLatestVersion: the latest)
+  std::string error;                         // why the last pull failed ("" if it did not)
+  std::optional<WeightManifest> arriving;    // the version being received, once its buffer exists
+  TensorView wire;                           // its receive buffer
+  std::atomic<std::uint64_t> landed{0};      // bytes in place from the start of `wire`
+  struct Hold { std::uint64_t region; Clock::time_point expires; };
+  std::map<std::pair<std::uint64_t, std::string>, Hold> holds;   // children pulling the arriving version
+  std::uint64_t streamed = 0;                // such transfers ever started
+  std::unique_ptr<WeightSubscriber> sub;     // the pulling side (receive buffers pooled)
+  std::vector<std::uint64_t> sub_sources;
+  std::thread worker;
+
+  void sweep_locked(Clock::time_point now) {   // the data plane ends expired regions itself
+    for (auto it = holds.begin(); it != holds.end();) it = it->second.expires < now ? holds.erase(it) : std::next(it);
+  }
+};
+
+WeightStore::WeightStore() : publisher_(WeightPublisher::create()), stream_(std::make_shared<Stream>()) {}
 
 WeightStore::WeightStore(std::uint8_t compression, std::int64_t hold_lease_ms)
-    : publisher_(WeightPublisher::create(options_of(compression, hold_lease_ms))) {}
+    : publisher_(WeightPublisher::create(options_of(compression, hold_lease_ms))), stream_(std::make_shared<Stream>()) {}
 
 WeightStore::WeightStore(std::uint8_t compression, std::int64_t hold_lease_ms, bool relay_maps)
-    : publisher_(WeightPublisher::create(options_of(compression, hold_lease_ms))), relay_maps_(relay_maps) {}
+    : publisher_(WeightPublisher::create(options_of(compression, hold_lease_ms))), relay_maps_(relay_maps),
+      stream_(std::make_shared<Stream>()) {}
 
 WeightStore::WeightStore(std::uint8_t compression, std::int64_t hold_lease_ms, bool relay_maps, std::int32_t device)
-    : publisher_(WeightPublisher::create(options_of(compression, hold_lease_ms, device))), relay_maps_(relay_maps) {}
+    : publisher_(WeightPublisher::create(options_of(compression, hold_lease_ms, device))), relay_maps_(relay_maps),
+      stream_(std::make_shared<Stream>()) {}
 
-WeightStore::~WeightStore() = default;
+WeightStore::~WeightStore() {
+  if (stream_->worker.joinable()) stream_->worker.join();
+}
 
 std::uint64_t WeightStore::publish(std::uint64_t version, std::vector<NamedTensor> tensors) {
   return publisher_->publish(version, tensors)->checksum();
@@ -67,6 +102,16 @@ std::uint64_t WeightStore::latest_version() {
 WeightManifest WeightStore::manifest(std::uint64_t version, std::string subscriber, WeightOrigin caller,
                                      std::uint64_t have) {
   auto set = publisher_->get(version);
+  if (!set || version == kLatestVersion) {   // perhaps the version this relay is receiving
+    auto& st = *stream_;
+    std::unique_lock lock(st.mu);
+    st.changed.wait_for(lock, kArrivingManifestWait, [&] { return !st.running || st.arriving.has_value(); });
+    set = publisher_->get(version);   // it may have completed meanwhile
+    if (st.running && st.arriving &&
+        (version == kLatestVersion ? !set || st.arriving->version > set->version() : st.arriving->version == version)) {
+      return streaming_manifest(*st.arriving, st.wire, subscriber, have);
+    }
+  }
   if (!set) {
     throw WeightError(WeightError::Kind::NotFound,
                       "NotFound: version " + (version == kLatestVersion ? std::string("latest") : std::to_string(version)));
@@ -103,11 +148,103 @@ WeightManifest WeightStore::manifest(std::uint64_t version, std::string subscrib
   return m;
 }
 
+// Called with stream_->mu held.
+WeightManifest WeightStore::streaming_manifest(const WeightManifest& arriving, const TensorView& wire,
+                                               const std::string& subscriber, std::uint64_t have) {
+  WeightManifest m;
+  m.version = arriving.version;
+  m.checksum = arriving.checksum;
+  m.compression = arriving.compression;
+  m.wire_bytes = arriving.wire_bytes;
+  m.entries = arriving.entries;
+  m.origin = WeightOrigin::self();
+  m.publisher_key = publisher_->key();
+  m.streaming = true;   // never local: the set does not exist yet, even in this process
+  if (have == m.version) return m;
+  tp::ExposeOptions opts;
+  opts.lease = publisher_->options().hold_lease;
+  auto d = tp::DataPlane::instance().expose(wire, opts);
+  auto now = Clock::now();
+  stream_->sweep_locked(now);
+  ++stream_->streamed;
+  auto& h = stream_->holds[{m.version, subscriber}];
+  if (h.region != 0) tp::DataPlane::instance().release(h.region);
+  h = {d.region, now + opts.lease};
+  m.descriptor = tp::encode(d);
+  return m;
+}
+
 void WeightStore::release(std::uint64_t version, std::string subscriber) {
   if (auto region = publisher_->release(version, subscriber)) tp::DataPlane::instance().release(region);
+  std::lock_guard lock(stream_->mu);
+  auto it = stream_->holds.find({version, subscriber});
+  if (it == stream_->holds.end()) return;
+  tp::DataPlane::instance().release(it->second.region);
+  stream_->holds.erase(it);
+}
+
+void WeightStore::follow_async(std::vector<ActorRef<WeightStore>> sources, std::uint64_t version) {
+  auto st = stream_;
+  if (st->worker.joinable()) st->worker.join();
+  std::vector<std::uint64_t> ids;
+  for (const auto& s : sources) ids.push_back(s.id());
+  if (!st->sub || ids != st->sub_sources) {
+    SubscriberOptions opts;
+    opts.map_shared = relay_maps_;
+    opts.on_receive_buffer = [st](const WeightManifest& m, const TensorView& wire) {
+      std::lock_guard lock(st->mu);
+      st->landed = 0;
+      st->arriving = m;
+      st->wire = wire;
+      st->changed.notify_all();
+    };
+    opts.on_progress = [st](std::size_t done, std::size_t) { st->landed.store(done, std::memory_order_release); };
+    st->sub = std::make_unique<WeightSubscriber>(std::move(sources), opts);
+    st->sub_sources = std::move(ids);
+  }
+  {
+    std::lock_guard lock(st->mu);
+    st->running = true;
+    st->wanted = version;
+    st->error.clear();
+    st->arriving.reset();
+    st->wire = {};
+  }
+  st->worker = std::thread([this, st, version] {
+    std::string error;
+    try {
+      auto set = st->sub->update(version);
+      auto mine = publisher_->latest();
+      if (!mine || mine->version() < set->version()) publisher_->adopt(set);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    std::lock_guard lock(st->mu);
+    st->running = false;
+    st->error = error.empty() ? error : (error.rfind("Transfer", 0) == 0 ? error : "Transfer: " + error);
+    st->arriving.reset();
+    st->wire = {};   // children's exposed regions keep the buffer while they pull
+    st->changed.notify_all();
+  });
+}
+
+FollowState WeightStore::progress(std::uint64_t version) {
+  if (auto set = publisher_->get(version)) return {set->version(), set->wire_bytes(), set->wire_bytes(), true};
+  std::lock_guard lock(stream_->mu);
+  const auto& st = *stream_;
+  if (st.arriving && (version == kLatestVersion || st.arriving->version == version)) {
+    return {st.arriving->version, st.landed.load(std::memory_order_acquire), st.arriving->wire_bytes, false};
+  }
+  if (st.wanted == version || st.wanted == kLatestVersion) {
+    if (st.running) return {version, 0, 0, false};   // its manifest has not come yet
+    if (!st.error.empty()) throw WeightError(WeightError::Kind::Transfer, st.error);
+  }
+  throw WeightError(WeightError::Kind::NotFound,
+                    "NotFound: version " + (version == kLatestVersion ? std::string("latest") : std::to_string(version)));
 }
 
 std::uint64_t WeightStore::follow(std::vector<ActorRef<WeightStore>> sources, std::uint64_t version) {
+  if (stream_->worker.joinable()) stream_->worker.join();   // one pull into this store at a time
   std::vector<std::uint64_t> ids;
   for (const auto& s : sources) ids.push_back(s.id());
   if (!relay_ || ids != relay_sources_) {
@@ -125,9 +262,36 @@ std::uint64_t WeightStore::follow(std::vector<ActorRef<WeightStore>> sources, st
 void WeightStore::clear() {
   publisher_->clear();
   if (relay_) relay_->reset();   // its receive buffers stay pooled for the next follow()
+  if (stream_->sub) stream_->sub->reset();
 }
 
-PublisherStats WeightStore::stats() { return publisher_->stats(); }
+PublisherStats WeightStore::stats() {
+  auto s = publisher_->stats();
+  std::lock_guard lock(stream_->mu);
+  s.transfers += stream_->streamed;
+  s.streamed = stream_->streamed;
+  return s;
+}
+
+void chain_broadcast(const ActorRef<WeightStore>& publisher, const std::vector<ActorRef<WeightStore>>& relays,
+                     std::uint64_t version, std::chrono::milliseconds timeout) {
+  for (std::size_t k = 0; k < relays.size(); ++k) {
+    std::vector<ActorRef<WeightStore>> sources;
+    if (k > 0) sources.push_back(relays[k - 1]);
+    sources.push_back(publisher);
+    relays[k].call(&WeightStore::follow_async, sources, version).get();
+  }
+  const auto deadline = Clock::now() + timeout;
+  for (const auto& r : relays) {   // the chain completes in order
+    while (!r.call(&WeightStore::progress, version).get().complete) {
+      if (Clock::now() >= deadline) {
+        throw WeightError(WeightError::Kind::Transfer, "Transfer: chain broadcast of version " + std::to_string(version) +
+                                                           " did not complete in time");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+    }
+  }
+}
 
 std::vector<ActorRef<WeightStore>> tree_sources(const ActorRef<WeightStore>& publisher,
                                                 const std::vector<ActorRef<WeightStore>>& relays, std::size_t k,

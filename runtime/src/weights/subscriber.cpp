@@ -28,8 +28,10 @@ std::string new_subscriber_id() {
 
 // Pulls [0, wire.nbytes) of `d` bucket by bucket; bucket b+1's get overlaps bucket b's hash.
 // Returns the checksum of what landed.
+// `ready(end)`, when given, returns once the source has bytes [0, end) (a streaming relay).
 std::uint64_t fetch_checked(const tp::TensorDescriptor& d, const TensorView& wire, std::size_t bucket,
-                            Clock::time_point deadline, const SubscriberOptions& opts) {
+                            Clock::time_point deadline, const SubscriberOptions& opts,
+                            const std::function<void(std::size_t)>& ready = nullptr) {
   const std::size_t total = wire.nbytes();
   auto* base = static_cast<char*>(wire.data);
   auto fetch = [&](std::size_t off) {
@@ -40,6 +42,7 @@ std::uint64_t fetch_checked(const tp::TensorDescriptor& d, const TensorView& wir
     part.nbytes = len;
     if (!d.is_inline) part.remote_address = d.remote_address + off;
     else part.inline_bytes.assign(d.inline_bytes.begin() + off, d.inline_bytes.begin() + off + len);
+    if (ready) ready(off + len);
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) throw tp::TransportError(tp::TransportError::Kind::Timeout, "pull deadline passed");
     tp::DataPlane::instance().fetch_into(part, TensorView::wrap(base + off, DType::U8, {std::int64_t(len)}, wire.keep_alive), left);
@@ -57,18 +60,25 @@ std::uint64_t fetch_checked(const tp::TensorDescriptor& d, const TensorView& wir
 }
 
 // Copies `total` bytes from a mapping of the publisher's buffer into `dst`, hashing each 1 MiB
-// chunk right after copying it (still in cache: one pass over memory, not two), on two threads.
-// Progress is reported from this thread; if the callback throws, the other thread stops too.
+// chunk right after copying it (still in cache: one pass over memory, not two), on two threads
+// (even and odd chunks). Progress (the bytes both threads have passed) is reported from this
+// thread; if the callback throws, the other thread stops too.
 std::uint64_t copy_checked(const char* src, char* dst, std::size_t total, const SubscriberOptions& opts) {
   const std::size_t chunks = (total + kChecksumChunk - 1) / kChecksumChunk;
   std::vector<std::uint64_t> hashes(chunks);
   std::atomic<bool> stop{false};
+  std::atomic<std::size_t> other_next{1};   // the odd thread's next chunk: all before it are done
   auto work = [&](std::size_t first, bool report) {
     for (std::size_t i = first; i < chunks && !stop.load(std::memory_order_relaxed); i += 2) {
       std::size_t off = i * kChecksumChunk, len = std::min(kChecksumChunk, total - off);
       std::memcpy(dst + off, src + off, len);
       hashes[i] = checksum_chunk(dst + off, len, i);
-      if (report && opts.on_progress) opts.on_progress(off + len, total);
+      if (!report) {
+        other_next.store(i + 2, std::memory_order_release);
+      } else if (opts.on_progress) {
+        std::size_t done = std::min(i + 1, other_next.load(std::memory_order_acquire));
+        opts.on_progress(std::min(total, done * kChecksumChunk), total);
+      }
     }
   };
   std::thread other(work, std::size_t(1), false);
@@ -183,7 +193,7 @@ WeightSetPtr WeightSubscriber::pull_from(const ActorRef<WeightStore>& source, st
     auto d = tp::decode_descriptor(m.descriptor);
     if (d.nbytes != m.wire_bytes) fail(WeightError::Kind::Transfer, "descriptor size does not match the manifest");
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    TensorView mapped = m.origin.host == WeightOrigin::self().host && left.count() > 0
+    TensorView mapped = !m.streaming && m.origin.host == WeightOrigin::self().host && left.count() > 0
                             ? tp::DataPlane::instance().map(d, left) : TensorView{};
     // Kept mapped only under a hold for this process's lifetime (a lease could end under a live
     // mapping); under a lease the mapping only serves the copy below, done before `release`.
@@ -203,10 +213,25 @@ WeightSetPtr WeightSubscriber::pull_from(const ActorRef<WeightStore>& source, st
       wire = TensorView::wrap(mapped.data, DType::U8, {std::int64_t(m.wire_bytes)}, std::move(hold));
     } else if (mapped.data != nullptr) {
       wire = pool_->get(m.wire_bytes);
+      if (opts_.on_receive_buffer) opts_.on_receive_buffer(m, wire);
       sum = copy_checked(static_cast<const char*>(mapped.data), static_cast<char*>(wire.data), m.wire_bytes, opts_);
     } else {
       wire = pool_->get(m.wire_bytes);
-      sum = fetch_checked(d, wire, opts_.bucket_bytes, deadline, opts_);
+      if (opts_.on_receive_buffer) opts_.on_receive_buffer(m, wire);
+      std::function<void(std::size_t)> ready;
+      if (m.streaming) {   // a relay still receiving: each bucket once it has landed there
+        ready = [&, landed = std::uint64_t(0)](std::size_t end) mutable {
+          while (landed < end) {
+            auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+            if (left.count() <= 0) throw tp::TransportError(tp::TransportError::Kind::Timeout, "the relay's version did not arrive in time");
+            auto st = source.with_timeout(left).call(&WeightStore::progress, m.version).result();
+            if (!st.ok()) fail(WeightError::Kind::Transfer, "relay: " + st.error().to_string());
+            landed = st.value().landed;
+            if (landed < end) std::this_thread::sleep_for(std::chrono::microseconds(300));
+          }
+        };
+      }
+      sum = fetch_checked(d, wire, opts_.bucket_bytes, deadline, opts_, ready);
     }
   } catch (const tp::TransportError& e) {
     fail(WeightError::Kind::Transfer, std::string("transfer: ") + e.what());
