@@ -276,3 +276,44 @@ TEST_CASE("weights: a chain of relays in worker processes serves each version as
     CHECK_THROWS(relays[0].call(&WeightStore::progress, std::uint64_t(9)).get());
   }
 }
+
+TEST_CASE("weights: a relay killed while its child streams from it: the child pulls the version from the publisher") {
+  // The publisher's daemon speaks UCX over TCP only, so the relays receive from it slowly (as
+  // from another host) while the child streams from its relay through shared memory, close
+  // behind: the relay can be killed in the middle of both transfers.
+  itest::Cluster cluster;
+  ::setenv("UCX_TLS", "tcp,self", 1);   // the first daemon and its workers inherit it
+  cluster.add_node("CPU=2,node_a=1");
+  ::unsetenv("UCX_TLS");
+  cluster.add_node("CPU=4,node_b=4");
+  auto rt = connect(cluster);
+  auto pub = rt.spawn<WeightStore>(troupe::Options{}.resources("node_a=1"));
+  auto r0 = rt.spawn<WeightStore>(troupe::Options{}.resources("node_b=1"));
+  auto r1 = rt.spawn<WeightStore>(troupe::Options{}.resources("node_b=1"));
+  auto sum = pub.call(&WeightStore::publish_synthetic, std::uint64_t(1), numels(128 << 20, 8), std::uint64_t(5)).get();
+  r0.call(&WeightStore::follow_async, std::vector<troupe::ActorRef<WeightStore>>{pub}, std::uint64_t(1)).get();
+  r1.call(&WeightStore::follow_async, std::vector<troupe::ActorRef<WeightStore>>{r0, pub}, std::uint64_t(1)).get();
+  troupe::FollowState seen;
+  for (int i = 0; i < 20000 && seen.landed == 0 && !seen.complete; ++i) {
+    seen = r1.call(&WeightStore::progress, std::uint64_t(1)).get();
+    if (seen.landed == 0) std::this_thread::sleep_for(100us);
+  }
+  const bool mid_stream = !seen.complete && !r0.call(&WeightStore::progress, std::uint64_t(1)).get().complete;
+  rt.kill(r0);
+  bool complete = false;
+  for (int i = 0; i < 1200 && !complete; ++i) {
+    complete = r1.call(&WeightStore::progress, std::uint64_t(1)).get().complete;
+    if (!complete) std::this_thread::sleep_for(50ms);
+  }
+  REQUIRE(complete);
+  troupe::SubscriberOptions copy;
+  copy.map_shared = false;
+  troupe::WeightSubscriber driver(r1, copy);
+  auto set = driver.update();
+  CHECK(troupe::weight_checksum(set->wire().data, set->wire_bytes()) == sum);
+  if (mid_stream) {
+    CHECK(pub.call(&WeightStore::stats).get().transfers == 2);   // r0's pull, then r1's fallback
+  } else {
+    MESSAGE("r0 had the whole version before it was killed: the fallback was not exercised this run");
+  }
+}

@@ -82,6 +82,7 @@ class WeightSubscriber {
   std::vector<ActorRef<WeightStore>> sources_;
   SubscriberOptions opts_;
   std::string id_;
+  std::vector<char> device_uuid_;       // SubscriberOptions::device's UUID
   std::shared_ptr<detail::weights::BufferPool> pool_;
   mutable std::mutex mu_;               // guards current_ (short critical sections only)
   WeightSetPtr current_;

@@ -59,9 +59,11 @@ struct WeightOrigin {
   // Set by a subscriber that will map a version of a store on its host in place (no copy):
   // its hold then lasts until release() or the subscriber process's death, not a lease.
   bool map = false;
-  // Set by a subscriber that wants the version in this CUDA device's memory (-1: host memory).
+  // Set by a subscriber that wants the version in this CUDA device's memory (-1: host memory),
+  // with that device's UUID (indices differ between processes; the UUID names the GPU).
   std::int32_t device = -1;
-  MSGPACK_DEFINE(host, pid, nonce, map, device);
+  std::vector<char> device_uuid;
+  MSGPACK_DEFINE(host, pid, nonce, map, device, device_uuid);
   static const WeightOrigin& self();
 };
 
@@ -99,9 +101,10 @@ struct WeightManifest {
   // The version is still arriving at this store (a relay's WeightStore::follow_async): pull a
   // bucket only once WeightStore::progress says its bytes have landed here. Never mapped.
   bool streaming = false;
+  std::uint64_t generation = 0;     // streaming: which receive buffer of the relay's (FollowState)
   MSGPACK_DEFINE(version, checksum, compression, wire_bytes, entries, origin, publisher_key, local,
                  descriptor, held_while_alive, device, device_handle, device_bytes, device_checksum,
-                 streaming);
+                 streaming, generation);
 };
 
 // How far a store has `version` (WeightStore::progress): `landed` of `total` wire bytes are
@@ -111,7 +114,10 @@ struct FollowState {
   std::uint64_t landed = 0;
   std::uint64_t total = 0;
   bool complete = false;
-  MSGPACK_DEFINE(version, landed, total, complete);
+  // The relay's receive buffer these bytes are in: it changes when the relay retries the version
+  // from another source, and a child streaming the old one must then pull elsewhere.
+  std::uint64_t generation = 0;
+  MSGPACK_DEFINE(version, landed, total, complete, generation);
 };
 
 // The 64-bit checksum of a version's wire image: XXH64 of each 1 MiB chunk (seed = chunk

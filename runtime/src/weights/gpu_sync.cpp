@@ -18,16 +18,35 @@ namespace {
 
 bool ok(cudaError_t e, std::string* error) {
   if (e == cudaSuccess) return true;
+  (void)cudaGetLastError();   // handled here: not to be reported by the thread's next kernel launch
   if (error) *error = std::string("cuda: ") + cudaGetErrorString(e);
   return false;
 }
+
+// Makes `device` current on this thread for the guard's life, then restores the caller's device.
+class OnDevice {
+ public:
+  OnDevice(int device, std::string* error) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    ok_ = ok(cudaSetDevice(device), error);
+  }
+  ~OnDevice() {
+    if (previous_ >= 0) (void)cudaSetDevice(previous_);
+  }
+  explicit operator bool() const { return ok_; }
+
+ private:
+  int previous_ = -1;
+  bool ok_ = false;
+};
 
 // A copy that has landed when this returns: cudaMemcpy alone returns early for device-to-device
 // and pageable host-to-device copies. On a stream of its own that does not wait for (or hold up)
 // the work of the process's other streams.
 bool copy_sync(void* dst, const void* src, std::size_t n, cudaMemcpyKind kind, int device, std::string* error) {
+  OnDevice on(device, error);
   cudaStream_t s;
-  if (!ok(cudaSetDevice(device), error) || !ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), error)) return false;
+  if (!on || !ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), error)) return false;
   bool good = ok(cudaMemcpyAsync(dst, src, n, kind, s), error);
   good = ok(cudaStreamSynchronize(s), good ? error : nullptr) && good;
   (void)cudaStreamDestroy(s);
@@ -43,8 +62,18 @@ int device_count(std::string* error) {
   return ok(cudaGetDeviceCount(&n), error) ? n : 0;
 }
 
+std::optional<std::array<char, 16>> device_uuid(int device, std::string* error) {
+  cudaDeviceProp prop;
+  if (!ok(cudaGetDeviceProperties(&prop, device), error)) return std::nullopt;
+  std::array<char, 16> out{};
+  static_assert(sizeof(prop.uuid.bytes) == sizeof(out));
+  std::memcpy(out.data(), prop.uuid.bytes, out.size());
+  return out;
+}
+
 std::optional<IpcHandle> export_buffer(void* device_ptr, std::size_t nbytes, int device, std::string* error) {
-  if (!ok(cudaSetDevice(device), error)) return std::nullopt;
+  OnDevice on(device, error);
+  if (!on) return std::nullopt;
   cudaIpcMemHandle_t h;
   if (!ok(cudaIpcGetMemHandle(&h, device_ptr), error)) return std::nullopt;
   IpcHandle out;
@@ -56,7 +85,8 @@ std::optional<IpcHandle> export_buffer(void* device_ptr, std::size_t nbytes, int
 }
 
 std::unique_ptr<IpcMapping> IpcMapping::open(const IpcHandle& h, std::string* error) {
-  if (!ok(cudaSetDevice(h.device), error)) return nullptr;
+  OnDevice on(h.device, error);
+  if (!on) return nullptr;
   cudaIpcMemHandle_t mh;
   std::memcpy(&mh, h.bytes.data(), sizeof mh);
   void* p = nullptr;
@@ -64,7 +94,10 @@ std::unique_ptr<IpcMapping> IpcMapping::open(const IpcHandle& h, std::string* er
   return std::unique_ptr<IpcMapping>(new IpcMapping(p, h.nbytes, h.device));
 }
 
-IpcMapping::~IpcMapping() { (void)cudaIpcCloseMemHandle(ptr_); }
+IpcMapping::~IpcMapping() {
+  OnDevice on(device_, nullptr);
+  (void)cudaIpcCloseMemHandle(ptr_);
+}
 
 bool IpcMapping::copy_to(void* dst, std::string* error) const {
   return copy_sync(dst, ptr_, n_, cudaMemcpyDeviceToDevice, device_, error);
@@ -72,12 +105,14 @@ bool IpcMapping::copy_to(void* dst, std::string* error) const {
 
 std::unique_ptr<DeviceBuffer> DeviceBuffer::allocate(std::size_t nbytes, int device, std::string* error) {
   void* p = nullptr;
-  if (!ok(cudaSetDevice(device), error) || !ok(cudaMalloc(&p, std::max<std::size_t>(nbytes, 1)), error)) return nullptr;
+  OnDevice on(device, error);
+  if (!on || !ok(cudaMalloc(&p, std::max<std::size_t>(nbytes, 1)), error)) return nullptr;
   return std::unique_ptr<DeviceBuffer>(new DeviceBuffer(p, nbytes, device));
 }
 
 DeviceBuffer::~DeviceBuffer() {
-  if (cudaSetDevice(device_) == cudaSuccess) (void)cudaFree(ptr_);
+  OnDevice on(device_, nullptr);
+  if (on) (void)cudaFree(ptr_);
 }
 
 bool DeviceBuffer::upload(const void* host, std::size_t n, std::string* error) {
@@ -120,6 +155,7 @@ bool absent(std::string* error) {
 
 bool compiled() { return false; }
 int device_count(std::string* error) { return absent(error), 0; }
+std::optional<std::array<char, 16>> device_uuid(int, std::string* error) { return absent(error), std::nullopt; }
 std::optional<IpcHandle> export_buffer(void*, std::size_t, int, std::string* error) { return absent(error), std::nullopt; }
 std::unique_ptr<IpcMapping> IpcMapping::open(const IpcHandle&, std::string* error) { return absent(error), nullptr; }
 IpcMapping::~IpcMapping() = default;

@@ -7,7 +7,8 @@
 //
 // Errors: every function returns false / an empty optional / nullptr and fills `error` (the
 // CUDA/NCCL message) instead of throwing; none aborts on a machine without a driver or a device.
-// Thread safety: a NcclBroadcaster is used by one thread at a time; the rest is safe.
+// Thread safety: a NcclBroadcaster is used by one thread at a time; the rest is safe. Every call
+// leaves the calling thread's current device as it found it.
 #pragma once
 
 #include <array>
@@ -21,6 +22,10 @@ namespace troupe::detail::weights::gpu {
 
 bool compiled();                       // true when built against CUDA
 int device_count(std::string* error);  // 0 when no usable device (or not compiled)
+
+// The device's UUID: the same GPU has the same UUID in every process, whatever its index there
+// (CUDA_VISIBLE_DEVICES renumbers devices per process).
+std::optional<std::array<char, 16>> device_uuid(int device, std::string* error);
 
 // A device buffer exported to other processes (cudaIpcGetMemHandle). Plain bytes: ship it in a
 // manifest. Valid while the exporting process keeps the buffer allocated.

@@ -130,12 +130,14 @@ WeightSetPtr SetBuilder::build(std::uint64_t version, const std::vector<WeightEn
     auto img = std::make_shared<DeviceImage>();
     img->buffer = gpu::DeviceBuffer::allocate(total, device, &error);
     std::optional<gpu::IpcHandle> handle;
-    if (img->buffer && img->buffer->upload(image.data, total, &error)) {
+    auto uuid = gpu::device_uuid(device, &error);
+    if (uuid && img->buffer && img->buffer->upload(image.data, total, &error)) {
       handle = gpu::export_buffer(img->buffer->data(), total, device, &error);
     }
     if (!handle) throw std::runtime_error("weights: mirroring version " + std::to_string(version) + " on device " +
                                           std::to_string(device) + ": " + error);
     img->handle = *handle;
+    img->uuid = *uuid;
     img->checksum = c == WireCompression::None ? set->checksum_ : weight_checksum(image.data, total);
     set->device_image_ = std::move(img);
   }

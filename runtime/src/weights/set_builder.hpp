@@ -20,6 +20,7 @@ inline constexpr std::size_t kAlign = 256;   // tensor offsets in the decoded im
 struct DeviceImage {
   std::shared_ptr<gpu::DeviceBuffer> buffer;
   gpu::IpcHandle handle;
+  std::array<char, 16> uuid{};  // the device's (gpu::device_uuid)
   std::uint64_t checksum = 0;   // weight_checksum of the decoded image
 };
 

@@ -1,5 +1,6 @@
 // WeightStore: the actor face of a WeightPublisher (manifest / release for pulls from other
 // processes, follow for relays in a broadcast tree).
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <map>
@@ -50,6 +51,8 @@ struct WeightStore::Stream {
   std::optional<WeightManifest> arriving;    // the version being received, once its buffer exists
   TensorView wire;                           // its receive buffer
   std::atomic<std::uint64_t> landed{0};      // bytes in place from the start of `wire`
+  std::uint64_t generation = 0;              // receive buffers ever started (a retry starts anew)
+  std::uint64_t done_version = 0, done_generation = 0;   // the last version completed, and its buffer's
   struct Hold { std::uint64_t region; Clock::time_point expires; };
   std::map<std::pair<std::uint64_t, std::string>, Hold> holds;   // children pulling the arriving version
   std::uint64_t streamed = 0;                // such transfers ever started
@@ -111,6 +114,12 @@ WeightManifest WeightStore::manifest(std::uint64_t version, std::string subscrib
         (version == kLatestVersion ? !set || st.arriving->version > set->version() : st.arriving->version == version)) {
       return streaming_manifest(*st.arriving, st.wire, subscriber, have);
     }
+    // A relay whose own pull of this version failed, or has not started to land: a transfer
+    // problem (the child tries its next source), not a version that does not exist.
+    if (!set && (st.wanted == version || st.wanted == kLatestVersion) && (st.running || !st.error.empty())) {
+      throw WeightError(WeightError::Kind::Transfer,
+                        st.running ? "Transfer: this relay is still waiting for the version" : st.error);
+    }
   }
   if (!set) {
     throw WeightError(WeightError::Kind::NotFound,
@@ -133,7 +142,9 @@ WeightManifest WeightStore::manifest(std::uint64_t version, std::string subscrib
   // it lives (WS-2), however long.
   const bool same_host = caller.host == m.origin.host;
   const auto* image = detail::weights::SetBuilder::device_image(*set);
-  const bool device = same_host && image != nullptr && caller.device == image->handle.device;
+  const bool device = same_host && image != nullptr && caller.device >= 0 &&
+                      std::equal(caller.device_uuid.begin(), caller.device_uuid.end(), image->uuid.begin(),
+                                 image->uuid.end());
   std::uint32_t holder = (caller.map || device) && same_host ? caller.pid : 0;
   if (auto replaced = publisher_->hold(set, subscriber, d.region, holder, &m.held_while_alive)) {
     tp::DataPlane::instance().release(replaced);
@@ -160,6 +171,7 @@ WeightManifest WeightStore::streaming_manifest(const WeightManifest& arriving, c
   m.origin = WeightOrigin::self();
   m.publisher_key = publisher_->key();
   m.streaming = true;   // never local: the set does not exist yet, even in this process
+  m.generation = stream_->generation;
   if (have == m.version) return m;
   tp::ExposeOptions opts;
   opts.lease = publisher_->options().hold_lease;
@@ -184,6 +196,7 @@ void WeightStore::release(std::uint64_t version, std::string subscriber) {
 }
 
 void WeightStore::follow_async(std::vector<ActorRef<WeightStore>> sources, std::uint64_t version) {
+  if (version == kLatestVersion) throw std::invalid_argument("follow_async: name the version");
   auto st = stream_;
   if (st->worker.joinable()) st->worker.join();
   std::vector<std::uint64_t> ids;
@@ -191,14 +204,16 @@ void WeightStore::follow_async(std::vector<ActorRef<WeightStore>> sources, std::
   if (!st->sub || ids != st->sub_sources) {
     SubscriberOptions opts;
     opts.map_shared = relay_maps_;
-    opts.on_receive_buffer = [st](const WeightManifest& m, const TensorView& wire) {
-      std::lock_guard lock(st->mu);
-      st->landed = 0;
-      st->arriving = m;
-      st->wire = wire;
-      st->changed.notify_all();
+    Stream* raw = st.get();   // the stream owns the subscriber and its options: no shared_ptr cycle
+    opts.on_receive_buffer = [raw](const WeightManifest& m, const TensorView& wire) {
+      std::lock_guard lock(raw->mu);
+      raw->landed = 0;
+      raw->arriving = m;
+      raw->wire = wire;
+      ++raw->generation;   // a retry from another source: children of the old buffer must not go on
+      raw->changed.notify_all();
     };
-    opts.on_progress = [st](std::size_t done, std::size_t) { st->landed.store(done, std::memory_order_release); };
+    opts.on_progress = [raw](std::size_t done, std::size_t) { raw->landed.store(done, std::memory_order_release); };
     st->sub = std::make_unique<WeightSubscriber>(std::move(sources), opts);
     st->sub_sources = std::move(ids);
   }
@@ -210,33 +225,51 @@ void WeightStore::follow_async(std::vector<ActorRef<WeightStore>> sources, std::
     st->arriving.reset();
     st->wire = {};
   }
-  st->worker = std::thread([this, st, version] {
-    std::string error;
-    try {
-      auto set = st->sub->update(version);
-      auto mine = publisher_->latest();
-      if (!mine || mine->version() < set->version()) publisher_->adopt(set);
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
+  auto finish = [this, st](const std::string& error) {
     std::lock_guard lock(st->mu);
     st->running = false;
     st->error = error.empty() ? error : (error.rfind("Transfer", 0) == 0 ? error : "Transfer: " + error);
+    if (error.empty() && st->arriving) {
+      st->done_version = st->arriving->version;
+      st->done_generation = st->generation;
+    }
     st->arriving.reset();
     st->wire = {};   // children's exposed regions keep the buffer while they pull
     st->changed.notify_all();
-  });
+  };
+  try {
+    st->worker = std::thread([this, st, version, finish] {
+      std::string error;
+      try {
+        auto set = st->sub->update(version);
+        auto mine = publisher_->latest();
+        if (!mine || mine->version() < set->version()) publisher_->adopt(set);
+      } catch (const std::exception& e) {
+        error = e.what();
+      } catch (...) {
+        error = "unknown exception";
+      }
+      finish(error);
+    });
+  } catch (const std::exception& e) {
+    finish(e.what());
+    throw;
+  }
 }
 
 FollowState WeightStore::progress(std::uint64_t version) {
-  if (auto set = publisher_->get(version)) return {set->version(), set->wire_bytes(), set->wire_bytes(), true};
-  std::lock_guard lock(stream_->mu);
+  std::lock_guard lock(stream_->mu);   // taken first: the pull may complete between two looks
   const auto& st = *stream_;
+  if (auto set = publisher_->get(version)) {
+    std::uint64_t gen = st.done_version == set->version() ? st.done_generation : 0;
+    return {set->version(), set->wire_bytes(), set->wire_bytes(), true, gen};
+  }
   if (st.arriving && (version == kLatestVersion || st.arriving->version == version)) {
-    return {st.arriving->version, st.landed.load(std::memory_order_acquire), st.arriving->wire_bytes, false};
+    return {st.arriving->version, st.landed.load(std::memory_order_acquire), st.arriving->wire_bytes, false,
+            st.generation};
   }
   if (st.wanted == version || st.wanted == kLatestVersion) {
-    if (st.running) return {version, 0, 0, false};   // its manifest has not come yet
+    if (st.running) return {version, 0, 0, false, 0};   // its manifest has not come yet
     if (!st.error.empty()) throw WeightError(WeightError::Kind::Transfer, st.error);
   }
   throw WeightError(WeightError::Kind::NotFound,
@@ -275,6 +308,7 @@ PublisherStats WeightStore::stats() {
 
 void chain_broadcast(const ActorRef<WeightStore>& publisher, const std::vector<ActorRef<WeightStore>>& relays,
                      std::uint64_t version, std::chrono::milliseconds timeout) {
+  if (version == kLatestVersion) throw std::invalid_argument("chain_broadcast: name the version");
   for (std::size_t k = 0; k < relays.size(); ++k) {
     std::vector<ActorRef<WeightStore>> sources;
     if (k > 0) sources.push_back(relays[k - 1]);

@@ -7,6 +7,8 @@
 #include <future>
 #include <thread>
 
+#include <spdlog/spdlog.h>
+
 #include "transport/data_plane.hpp"
 #include "troupe/weight_store.hpp"
 #include "weights/buffer_pool.hpp"
@@ -115,6 +117,12 @@ WeightSubscriber::WeightSubscriber(std::vector<ActorRef<WeightStore>> sources, S
   opts_.bucket_bytes = std::max(kChecksumChunk, (opts_.bucket_bytes + kChecksumChunk - 1) / kChecksumChunk * kChecksumChunk);
   if (sources_.empty()) throw std::invalid_argument("WeightSubscriber needs a source");
   detail::weights::SetBuilder::check_device(opts_.device, "WeightSubscriber");
+  if (opts_.device >= 0) {
+    std::string error;
+    auto uuid = detail::weights::gpu::device_uuid(opts_.device, &error);
+    if (!uuid) throw std::invalid_argument("WeightSubscriber: device " + std::to_string(opts_.device) + ": " + error);
+    device_uuid_.assign(uuid->begin(), uuid->end());
+  }
 }
 
 WeightSubscriber::~WeightSubscriber() = default;
@@ -162,6 +170,7 @@ WeightSetPtr WeightSubscriber::pull_from(const ActorRef<WeightStore>& source, st
   WeightOrigin me = WeightOrigin::self();
   me.map = opts_.map_shared;
   me.device = opts_.device;
+  me.device_uuid = device_uuid_;
   if (!opts_.allow_local) me.nonce = 0;   // never taken for the store's own process
   auto reply = source.with_timeout(opts_.timeout)
                    .call(&WeightStore::manifest, version, pull_id, me, have ? have->version() : 0)
@@ -226,6 +235,9 @@ WeightSetPtr WeightSubscriber::pull_from(const ActorRef<WeightStore>& source, st
             if (left.count() <= 0) throw tp::TransportError(tp::TransportError::Kind::Timeout, "the relay's version did not arrive in time");
             auto st = source.with_timeout(left).call(&WeightStore::progress, m.version).result();
             if (!st.ok()) fail(WeightError::Kind::Transfer, "relay: " + st.error().to_string());
+            if (st.value().generation != m.generation) {   // it started over into another buffer
+              fail(WeightError::Kind::Transfer, "relay: the version is arriving anew there");
+            }
             landed = st.value().landed;
             if (landed < end) std::this_thread::sleep_for(std::chrono::microseconds(300));
           }
@@ -251,15 +263,18 @@ WeightSetPtr WeightSubscriber::import_device(const WeightManifest& m, const Acto
   std::size_t total = 0;
   (void)detail::weights::SetBuilder::offsets(m.entries, &total);
   gpu::IpcHandle h;
-  if (m.device_handle.size() != h.bytes.size() || m.device_bytes != total || m.device != opts_.device) {
+  if (m.device_handle.size() != h.bytes.size() || m.device_bytes != total) {
     fail(WeightError::Kind::Transfer, "manifest's device handle does not match its entries");
   }
   std::copy(m.device_handle.begin(), m.device_handle.end(), h.bytes.begin());
   h.nbytes = total;
-  h.device = m.device;
+  h.device = opts_.device;   // the store matched the GPU by UUID; its index there may differ
   std::string error;
   std::shared_ptr<gpu::IpcMapping> mapping = gpu::IpcMapping::open(h, &error);
-  if (!mapping) return nullptr;   // e.g. the store's own process (CUDA IPC is between processes)
+  if (!mapping) {   // e.g. the store's own process (CUDA IPC is between processes)
+    spdlog::info("weights: CUDA IPC import of version {} failed ({}); pulling it through host memory", m.version, error);
+    return nullptr;
+  }
   void* data = mapping->data();
   std::shared_ptr<void> keep;
   if (opts_.map_shared) {   // in place: the hold ends when the last view here is dropped
