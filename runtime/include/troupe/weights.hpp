@@ -3,11 +3,15 @@
 //
 // Paths, chosen by locality (the manifest names the publisher's process):
 //   same process  no copy: the subscriber shares the publisher's immutable WeightSet;
-//   other process one UCX get per 64 MiB bucket out of the publisher's shared-memory buffer
-//                 (sysv/posix/CMA on one host, TCP or RDMA across hosts), hashed as it lands;
-//   many hosts    WeightStore::follow: each receiver pulls from a parent store in a tree, so the
-//                 publisher serves `fanout` receivers however many there are (weight_tree.hpp);
-//   GPUs          NCCL broadcast / CUDA IPC (runtime/src/weights/gpu_sync.hpp, GPU builds).
+//   same host     the publisher's shared-memory buffer mapped in place (held while mapped), or
+//                 copied out of the mapping and hashed in 1 MiB chunks (map_shared = false);
+//   other hosts   one UCX get per 64 MiB bucket (TCP or RDMA), hashed as the next is in flight;
+//   many hosts    relays: WeightStore::follow in a tree (tree_sources: the publisher serves
+//                 `fanout` receivers however many there are), or follow_async / chain_broadcast,
+//                 a chain in which each relay serves every bucket as soon as it has landed;
+//   GPUs          a publisher's device mirror (PublisherOptions::device) imported by CUDA IPC by
+//                 subscribers on the same GPU (SubscriberOptions::device), in place or copied on
+//                 the device; NCCL broadcast in runtime/src/weights/gpu_sync.hpp (GPU builds).
 // Optional wire compression (bf16, int8 per row) is applied once at publish and undone on
 // receipt; bounds in WireCompression below.
 //

@@ -4,7 +4,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <functional>
+#include <vector>
 
 #include "descriptor.hpp"
 
@@ -15,7 +18,12 @@ using Clock = std::chrono::steady_clock;
 constexpr int kSpinsBeforeSleep = 2000;            // progress calls before sleeping with gets in flight
 constexpr auto kTickEvery = std::chrono::seconds(1);
 constexpr auto kCloseGrace = std::chrono::seconds(1);
-constexpr auto kRkeyIdle = std::chrono::seconds(3);
+// Idle cached rkeys (and with them the mappings of other processes' segments) are kept this long
+// and at most this many: a publisher recycles its version buffers, so a subscriber that keeps the
+// last few mapped pulls each new version without a page-table fill, however long a training step
+// takes; the count bounds what a dead segment can keep alive meanwhile.
+constexpr auto kRkeyIdle = std::chrono::seconds(60);
+constexpr std::size_t kRkeyIdleKept = 4;
 
 [[noreturn]] void fail(const char* what, ucs_status_t st) {
   throw TransportError(TransportError::Kind::Ucx, std::string(what) + ": " + ucs_error(st));
@@ -315,9 +323,21 @@ ucp_rkey_h UcxEngine::unpack_rkey(GetOp& op, ucs_status_t* st) {
   return slot->handle;
 }
 
-// Destroys cached rkeys no get is using: those of `ep`, or (idle_only) those unused for kRkeyIdle.
+// Destroys cached rkeys no get or mapping is using: those of `ep`, or (idle_only) those unused for
+// kRkeyIdle and all but the kRkeyIdleKept most recently used.
 void UcxEngine::drop_rkeys(ucp_ep_h ep, bool idle_only) {
   auto cutoff = Clock::now() - kRkeyIdle;
+  std::vector<Clock::rep> idle_times;
+  if (idle_only) {
+    for (const auto& [key, e] : rkeys_) {
+      if (e->users == 0) idle_times.push_back(e->last_used.load(std::memory_order_relaxed));
+    }
+  }
+  if (idle_times.size() > kRkeyIdleKept) {   // keep the most recent ones only
+    std::nth_element(idle_times.begin(), idle_times.begin() + (kRkeyIdleKept - 1), idle_times.end(), std::greater<>());
+    auto kept_from = Clock::time_point(Clock::duration(idle_times[kRkeyIdleKept - 1]));
+    cutoff = std::max(cutoff, kept_from);
+  }
   for (auto it = rkeys_.begin(); it != rkeys_.end();) {
     auto& e = *it->second;
     bool match = e.users == 0 && (idle_only ? e.idle_since(cutoff) : it->first.first == ep);
