@@ -63,8 +63,9 @@ class WeightSubscriber {
   ~WeightSubscriber();
 
   // Version `version` (kLatestVersion: the newest), fetched and checked, without swapping it in.
-  // Returns current() when that already is the version asked for. Throws WeightError:
-  // NotFound, Checksum (WS-1: nothing was swapped), Transfer (every source failed).
+  // Returns current() when that already is the version asked for. Sources are tried in order
+  // until one delivers. Throws WeightError: NotFound (no source has it), Checksum (WS-1: nothing
+  // was swapped), Transfer (every source failed).
   WeightSetPtr pull(std::uint64_t version = kLatestVersion);
   // pull(), then makes the result current() atomically.
   WeightSetPtr update(std::uint64_t version = kLatestVersion);

@@ -148,15 +148,20 @@ WeightSetPtr WeightSubscriber::update(std::uint64_t version) {
 }
 
 WeightSetPtr WeightSubscriber::pull(std::uint64_t version) {
+  // A parent relay may not have the version (yet), or may be going away: the next source (the
+  // publisher last) is asked then too. NotFound only when no source has it.
   std::string errors;
+  bool none_has_it = true;
   for (const auto& source : sources_) {
     try {
       return pull_from(source, version);
     } catch (const WeightError& e) {
-      if (e.kind() != WeightError::Kind::Transfer) throw;
+      if (e.kind() == WeightError::Kind::Checksum) throw;
+      none_has_it = none_has_it && e.kind() == WeightError::Kind::NotFound;
       errors += std::string(errors.empty() ? "" : "; ") + e.what();
     }
   }
+  if (none_has_it) fail(WeightError::Kind::NotFound, "no source has it: " + errors);
   fail(WeightError::Kind::Transfer, "every source failed: " + errors);
 }
 
@@ -177,7 +182,9 @@ WeightSetPtr WeightSubscriber::pull_from(const ActorRef<WeightStore>& source, st
                    .result();
   if (!reply.ok()) {
     const auto& err = reply.error();
-    bool missing = err.message.find("NotFound") != std::string::npos;
+    // The store's own answer (not one it passed on from its parent) names the kind first.
+    auto at = err.message.find("threw: ");
+    bool missing = at != std::string::npos && err.message.compare(at + 7, 8, "NotFound") == 0;
     fail(missing ? WeightError::Kind::NotFound : WeightError::Kind::Transfer, "manifest: " + err.to_string());
   }
   WeightManifest m = std::move(reply).value();
