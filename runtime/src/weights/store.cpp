@@ -1,5 +1,5 @@
 // WeightStore: the actor face of a WeightPublisher (manifest / release for pulls from other
-// processes, follow for relays in a broadcast tree).
+// processes, follow for relays in a broadcast tree, follow_async / progress for a pipelined chain).
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
@@ -46,7 +46,7 @@ struct WeightStore::Stream {
   std::mutex mu;
   std::condition_variable changed;
   bool running = false;
-  std::uint64_t wanted = 0;                  // the version asked for (kLatestVersion: the latest)
+  std::uint64_t wanted = 0;                  // the version asked for
   std::string error;                         // why the last pull failed ("" if it did not)
   std::optional<WeightManifest> arriving;    // the version being received, once its buffer exists
   TensorView wire;                           // its receive buffer
@@ -116,7 +116,7 @@ WeightManifest WeightStore::manifest(std::uint64_t version, std::string subscrib
     }
     // A relay whose own pull of this version failed, or has not started to land: a transfer
     // problem (the child tries its next source), not a version that does not exist.
-    if (!set && (st.wanted == version || st.wanted == kLatestVersion) && (st.running || !st.error.empty())) {
+    if (!set && st.wanted == version && (st.running || !st.error.empty())) {
       throw WeightError(WeightError::Kind::Transfer,
                         st.running ? "Transfer: this relay is still waiting for the version" : st.error);
     }
@@ -225,7 +225,7 @@ void WeightStore::follow_async(std::vector<ActorRef<WeightStore>> sources, std::
     st->arriving.reset();
     st->wire = {};
   }
-  auto finish = [this, st](const std::string& error) {
+  auto finish = [st](const std::string& error) {
     std::lock_guard lock(st->mu);
     st->running = false;
     st->error = error.empty() ? error : (error.rfind("Transfer", 0) == 0 ? error : "Transfer: " + error);
@@ -268,7 +268,7 @@ FollowState WeightStore::progress(std::uint64_t version) {
     return {st.arriving->version, st.landed.load(std::memory_order_acquire), st.arriving->wire_bytes, false,
             st.generation};
   }
-  if (st.wanted == version || st.wanted == kLatestVersion) {
+  if (st.wanted == version) {
     if (st.running) return {version, 0, 0, false, 0};   // its manifest has not come yet
     if (!st.error.empty()) throw WeightError(WeightError::Kind::Transfer, st.error);
   }
