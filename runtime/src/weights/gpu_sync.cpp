@@ -4,7 +4,7 @@
 // the build defines TROUPE_WEIGHTS_GPU (CUDA found). NcclBroadcaster is in nccl_broadcast.cpp, so
 // that programs which do not broadcast do not load NCCL.
 #ifdef TROUPE_WEIGHTS_GPU
-#include <cuda_runtime_api.h>
+#include "weights/cuda_status.hpp"
 #endif
 
 #include <algorithm>
@@ -16,12 +16,7 @@ namespace troupe::detail::weights::gpu {
 #ifdef TROUPE_WEIGHTS_GPU
 namespace {
 
-bool ok(cudaError_t e, std::string* error) {
-  if (e == cudaSuccess) return true;
-  (void)cudaGetLastError();   // handled here: not to be reported by the thread's next kernel launch
-  if (error) *error = std::string("cuda: ") + cudaGetErrorString(e);
-  return false;
-}
+bool ok(cudaError_t e, std::string* error) { return cuda_ok(e, error); }
 
 // Makes `device` current on this thread for the guard's life, then restores the caller's device.
 class OnDevice {

@@ -3,8 +3,9 @@
 #include "weights/gpu_sync.hpp"
 
 #ifdef TROUPE_WEIGHTS_NCCL
-#include <cuda_runtime_api.h>
 #include <nccl.h>
+
+#include "weights/cuda_status.hpp"
 #endif
 
 #include <algorithm>
@@ -15,11 +16,7 @@ namespace troupe::detail::weights::gpu {
 #ifdef TROUPE_WEIGHTS_NCCL
 namespace {
 
-bool ok(cudaError_t e, std::string* error) {
-  if (e == cudaSuccess) return true;
-  if (error) *error = std::string("cuda: ") + cudaGetErrorString(e);
-  return false;
-}
+bool ok(cudaError_t e, std::string* error) { return cuda_ok(e, error); }
 bool ok(ncclResult_t r, std::string* error) {
   if (r == ncclSuccess) return true;
   if (error) *error = std::string("nccl: ") + ncclGetErrorString(r);

@@ -144,16 +144,20 @@ WeightSetPtr SetBuilder::build(std::uint64_t version, const std::vector<WeightEn
   return set;
 }
 
-WeightSetPtr SetBuilder::on_device(std::uint64_t version, std::uint64_t checksum, const std::vector<WeightEntry>& entries,
-                                   WireCompression c, void* data, int device, std::shared_ptr<void> keep) {
+std::shared_ptr<WeightSet> SetBuilder::received(std::uint64_t version, std::uint64_t checksum,
+                                                const std::vector<WeightEntry>& entries, WireCompression c) {
   auto set = std::make_shared<WeightSet>();
   set->version_ = version;
   set->checksum_ = checksum;
   set->compression_ = c;
-  std::size_t total = 0;
-  (void)offsets(entries, &total);
-  set->bytes_ = total;
-  set->image_ = TensorView::wrap(data, DType::U8, {std::int64_t(total)}, std::move(keep));
+  (void)offsets(entries, &set->bytes_);
+  return set;
+}
+
+WeightSetPtr SetBuilder::on_device(std::uint64_t version, std::uint64_t checksum, const std::vector<WeightEntry>& entries,
+                                   WireCompression c, void* data, int device, std::shared_ptr<void> keep) {
+  auto set = received(version, checksum, entries, c);
+  set->image_ = TensorView::wrap(data, DType::U8, {std::int64_t(set->bytes_)}, std::move(keep));
   set->tensors_ = views_of(entries, set->image_);
   set->wire_ = TensorView::wrap(nullptr, DType::U8, {0}, nullptr);   // nothing to serve from here
   set->device_ = device;
@@ -191,13 +195,8 @@ void SetBuilder::check_device(int device, const char* who) {
 WeightSetPtr SetBuilder::from_wire(std::uint64_t version, std::uint64_t checksum,
                                    const std::vector<WeightEntry>& entries, WireCompression c, TensorView wire,
                                    BufferPool& pool) {
-  auto set = std::make_shared<WeightSet>();
-  set->version_ = version;
-  set->checksum_ = checksum;
-  set->compression_ = c;
-  std::size_t total = 0;
-  (void)offsets(entries, &total);
-  set->bytes_ = total;
+  auto set = received(version, checksum, entries, c);
+  const std::size_t total = set->bytes_;
   if (c == WireCompression::None) {
     set->tensors_ = views_of(entries, wire);
     set->image_ = wire;

@@ -54,6 +54,12 @@ struct SetBuilder {
   static void check_device(int device, const char* who);
   static std::vector<WeightEntry> entries_of(const WeightSet& s);
   static std::vector<WeightEntry> entries_of(const std::vector<NamedTensor>& tensors);
+
+ private:
+  // A set's header for a version that arrived (no tensors yet): version, checksum, compression and
+  // the decoded size of `entries`.
+  static std::shared_ptr<WeightSet> received(std::uint64_t version, std::uint64_t checksum,
+                                             const std::vector<WeightEntry>& entries, WireCompression c);
 };
 
 }  // namespace troupe::detail::weights
