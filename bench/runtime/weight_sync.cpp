@@ -3,7 +3,7 @@
 // object {"results": [...]} last.
 //   inproc     a subscriber in the publisher's process takes the version (pointer swap)
 //   same_host  receivers in other worker processes on this host; "mode": "map" (the default for
-//              subscribers: the publisher's version mapped read-only in place, no copy) or
+//              subscribers: the publisher's version mapped in place, never written, no copy) or
 //              "copy" (a private, checksummed copy out of the publisher's shared memory)
 //   cross_node two daemons on 127.0.0.1 with UCX_TLS=tcp; "mode": "tree" (receivers follow a
 //              binary tree level by level, each relaying a version once it has all of it) or
