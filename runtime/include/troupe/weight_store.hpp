@@ -44,8 +44,8 @@ struct SubscriberOptions {
   // other store it is pulled to host memory as above, checked, and uploaded. The constructor
   // throws std::invalid_argument when the build has no CUDA or the machine no such device.
   int device = -1;
-  // Called on the pulling thread after each bucket lands (bytes so far, total: every byte before
-  // the first is in place). May throw to abandon the pull.
+  // Called on the pulling thread after each bucket lands (bytes so far, total: the first `bytes so
+  // far` bytes are all in place). May throw to abandon the pull.
   std::function<void(std::size_t, std::size_t)> on_progress;
   // Called on the pulling thread when a copy's receive buffer is ready, before any byte lands:
   // the manifest of the version and the buffer (a relay serves it to its children meanwhile).
@@ -125,7 +125,8 @@ class WeightStore {
   // and returns at once. While the version arrives, this store serves it to its own children as
   // far as it has landed (manifest() answers `streaming`; they pull each bucket once progress()
   // covers it), so a chain of N relays costs about one transfer plus N-1 buckets. Waits for an
-  // earlier follow_async to end first. Its outcome shows in progress().
+  // earlier follow_async to end first. Its outcome shows in progress(). `version` must be named
+  // (std::invalid_argument for kLatestVersion).
   void follow_async(std::vector<ActorRef<WeightStore>> sources, std::uint64_t version);
   // How much of `version` is here. Throws WeightError: Transfer when this store's pull of it
   // failed, NotFound when it neither has nor is pulling it.
