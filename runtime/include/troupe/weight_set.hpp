@@ -107,10 +107,8 @@ class WeightPublisher {
   // lease: it lasts until release() or that process's death.
   // Returns the replaced hold's region; `*lifetime` (if given) tells whether the hold is tied to
   // the holder's process (false: a lease, e.g. when its process cannot be seen from here).
-  // `holder_start`: the start time the holder gives for itself (WeightOrigin::start); a
-  // (pid, start) pair already seen in /proc is not looked up again.
   std::uint64_t hold(WeightSetPtr set, const std::string& subscriber, std::uint64_t region,
-                     std::uint32_t holder_pid = 0, bool* lifetime = nullptr, const std::string& holder_start = {});
+                     std::uint32_t holder_pid = 0, bool* lifetime = nullptr);
   // Ends the hold; returns its data-plane region (0 if none) for the caller to release.
   std::uint64_t release(std::uint64_t version, const std::string& subscriber);
   void sweep();   // ends expired holds (also done by every other call)

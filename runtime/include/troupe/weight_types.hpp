@@ -63,8 +63,7 @@ struct WeightOrigin {
   // with that device's UUID (indices differ between processes; the UUID names the GPU).
   std::int32_t device = -1;
   std::vector<char> device_uuid;
-  std::string start;                // the process's start time in /proc (with pid: this process)
-  MSGPACK_DEFINE(host, pid, nonce, map, device, device_uuid, start);
+  MSGPACK_DEFINE(host, pid, nonce, map, device, device_uuid);
   static const WeightOrigin& self();
 };
 

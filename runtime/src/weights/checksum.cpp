@@ -6,7 +6,6 @@
 #include <random>
 
 #include "troupe/weight_types.hpp"
-#include "weights/process_start.hpp"
 
 namespace troupe {
 namespace {
@@ -73,7 +72,6 @@ const WeightOrigin& WeightOrigin::self() {
     char host[256] = {};
     if (::gethostname(host, sizeof host - 1) == 0) o.host = host;
     o.pid = static_cast<std::uint32_t>(::getpid());
-    o.start = detail::weights::process_start(o.pid);
     std::random_device rd;
     o.nonce = (std::uint64_t(rd()) << 32) ^ rd() ^ (std::uint64_t(o.pid) << 16);
     return o;

@@ -6,14 +6,12 @@
 #include <cstring>
 #include <fstream>
 #include <map>
-#include <set>
 #include <sstream>
 #include <mutex>
 #include <stdexcept>
 
 #include "troupe/weight_set.hpp"
 #include "weights/buffer_pool.hpp"
-#include "weights/process_start.hpp"
 #include "weights/set_builder.hpp"
 
 namespace troupe {
@@ -32,11 +30,11 @@ LocalRegistry& registry() {
   return *r;
 }
 
-constexpr const char* kUnknown = detail::weights::kStartUnknown;
+constexpr const char* kUnknown = "?";   // the process could not be looked at (not: it is gone)
 
-}  // namespace
-
-std::string detail::weights::process_start(std::uint32_t pid) {
+// The start time of process `pid` (field 22 of /proc/<pid>/stat), "" when it is gone, or kUnknown
+// when /proc cannot tell (out of descriptors, ...).
+std::string process_start(std::uint32_t pid) {
   const std::string path = "/proc/" + std::to_string(pid) + "/stat";
   std::ifstream in(path);
   std::string stat;
@@ -57,6 +55,8 @@ std::string detail::weights::process_start(std::uint32_t pid) {
   return "";
 }
 
+}  // namespace
+
 const TensorView* WeightSet::find(const std::string& name) const {
   for (const auto& t : tensors_) if (t.name == name) return &t.tensor;
   return nullptr;
@@ -76,9 +76,6 @@ struct WeightPublisher::State {
   std::map<std::uint64_t, std::weak_ptr<const WeightSet>> versions;   // every version not yet freed
   std::map<std::pair<std::uint64_t, std::string>, Hold> holds;
   std::uint64_t transfers = 0;
-  // Holders' (pid, start) pairs already seen in /proc: a holder that names its own start time is
-  // not looked up again on every pull (only by the liveness checks of its holds).
-  std::set<std::pair<std::uint32_t, std::string>> seen_processes;
   Clock::time_point next_liveness_check;   // holders' processes are looked up at most this often
 
   void sweep_locked() {
@@ -89,9 +86,8 @@ struct WeightPublisher::State {
       const Hold& h = it->second;
       bool live = h.expires > now;
       if (h.pid != 0 && check_pids) {
-        auto started = detail::weights::process_start(h.pid);
+        auto started = process_start(h.pid);
         live = started == kUnknown || started == h.started;
-        if (!live) seen_processes.erase({h.pid, h.started});
       } else if (h.pid != 0) {
         live = true;
       }
@@ -185,23 +181,13 @@ void WeightPublisher::clear() {
 }
 
 std::uint64_t WeightPublisher::hold(WeightSetPtr set, const std::string& subscriber, std::uint64_t region,
-                                    std::uint32_t holder_pid, bool* lifetime, const std::string& holder_start) {
-  constexpr std::size_t kSeenProcessesMax = 4096;
-  bool seen = false;
-  if (holder_pid != 0 && !holder_start.empty()) {
-    std::lock_guard lock(state_->mu);
-    seen = state_->seen_processes.count({holder_pid, holder_start}) > 0;
-  }
-  std::string started = holder_pid == 0 ? std::string() : seen ? holder_start : detail::weights::process_start(holder_pid);
+                                    std::uint32_t holder_pid, bool* lifetime) {
+  std::string started = holder_pid != 0 ? process_start(holder_pid) : std::string();
   if (started.empty() || started == kUnknown) holder_pid = 0;   // not a process seen here: a lease then
   if (lifetime != nullptr) *lifetime = holder_pid != 0;
   WeightSetPtr replaced_set;
   std::lock_guard lock(state_->mu);
   state_->sweep_locked();
-  if (holder_pid != 0 && !seen && started == holder_start) {
-    if (state_->seen_processes.size() >= kSeenProcessesMax) state_->seen_processes.clear();
-    state_->seen_processes.insert({holder_pid, started});
-  }
   ++state_->transfers;
   auto& h = state_->holds[{set->version(), subscriber}];
   std::uint64_t replaced = h.region;   // a repeated pull replaces the old hold

@@ -146,7 +146,7 @@ WeightManifest WeightStore::manifest(std::uint64_t version, std::string subscrib
                       std::equal(caller.device_uuid.begin(), caller.device_uuid.end(), image->uuid.begin(),
                                  image->uuid.end());
   std::uint32_t holder = (caller.map || device) && same_host ? caller.pid : 0;
-  if (auto replaced = publisher_->hold(set, subscriber, d.region, holder, &m.held_while_alive, caller.start)) {
+  if (auto replaced = publisher_->hold(set, subscriber, d.region, holder, &m.held_while_alive)) {
     tp::DataPlane::instance().release(replaced);
   }
   m.descriptor = tp::encode(d);
