@@ -59,11 +59,10 @@ struct WeightOrigin {
   // Set by a subscriber that will map a version of a store on its host in place (no copy):
   // its hold then lasts until release() or the subscriber process's death, not a lease.
   bool map = false;
-  // Set by a subscriber that wants the version in this CUDA device's memory (-1: host memory),
-  // with that device's UUID (indices differ between processes; the UUID names the GPU).
-  std::int32_t device = -1;
+  // Set by a subscriber that wants the version in a CUDA device's memory: that device's UUID
+  // (indices differ between processes; the UUID names the GPU). Empty: host memory.
   std::vector<char> device_uuid;
-  MSGPACK_DEFINE(host, pid, nonce, map, device, device_uuid);
+  MSGPACK_DEFINE(host, pid, nonce, map, device_uuid);
   static const WeightOrigin& self();
 };
 
@@ -90,20 +89,18 @@ struct WeightManifest {
   // The caller asked to map (WeightOrigin::map) and its hold lasts while its process lives: only
   // then may it map the version instead of copying it.
   bool held_while_alive = false;
-  // GPU builds: the caller asked for `device` memory on the store's host, the store mirrors its
-  // versions on that host's GPU and the hold lasts while the caller lives: the CUDA IPC handle of
-  // the version's decoded image on `device` (device_bytes long, device_checksum its
+  // GPU builds: the caller asked for memory of a GPU on the store's host that the store mirrors
+  // its versions on, and the hold lasts while the caller lives: the CUDA IPC handle of the
+  // version's decoded image there (its size follows from `entries`; device_checksum is its
   // weight_checksum). Empty otherwise.
-  std::int32_t device = -1;
   std::vector<char> device_handle;
-  std::uint64_t device_bytes = 0;
   std::uint64_t device_checksum = 0;
   // The version is still arriving at this store (a relay's WeightStore::follow_async): pull a
   // bucket only once WeightStore::progress says its bytes have landed here. Never mapped.
   bool streaming = false;
   std::uint64_t generation = 0;     // streaming: which receive buffer of the relay's (FollowState)
   MSGPACK_DEFINE(version, checksum, compression, wire_bytes, entries, origin, publisher_key, local,
-                 descriptor, held_while_alive, device, device_handle, device_bytes, device_checksum,
+                 descriptor, held_while_alive, device_handle, device_checksum,
                  streaming, generation);
 };
 

@@ -142,7 +142,7 @@ WeightManifest WeightStore::manifest(std::uint64_t version, std::string subscrib
   // it lives (WS-2), however long.
   const bool same_host = caller.host == m.origin.host;
   const auto* image = detail::weights::SetBuilder::device_image(*set);
-  const bool device = same_host && image != nullptr && caller.device >= 0 &&
+  const bool device = same_host && image != nullptr && !caller.device_uuid.empty() &&
                       std::equal(caller.device_uuid.begin(), caller.device_uuid.end(), image->uuid.begin(),
                                  image->uuid.end());
   std::uint32_t holder = (caller.map || device) && same_host ? caller.pid : 0;
@@ -151,9 +151,7 @@ WeightManifest WeightStore::manifest(std::uint64_t version, std::string subscrib
   }
   m.descriptor = tp::encode(d);
   if (device && m.held_while_alive) {
-    m.device = image->handle.device;
     m.device_handle.assign(image->handle.bytes.begin(), image->handle.bytes.end());
-    m.device_bytes = image->handle.nbytes;
     m.device_checksum = image->checksum;
   }
   return m;

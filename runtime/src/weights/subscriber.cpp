@@ -174,7 +174,6 @@ WeightSetPtr WeightSubscriber::pull_from(const ActorRef<WeightStore>& source, st
   auto have = current();
   WeightOrigin me = WeightOrigin::self();
   me.map = opts_.map_shared;
-  me.device = opts_.device;
   me.device_uuid = device_uuid_;
   if (!opts_.allow_local) me.nonce = 0;   // never taken for the store's own process
   auto reply = source.with_timeout(opts_.timeout)
@@ -270,9 +269,7 @@ WeightSetPtr WeightSubscriber::import_device(const WeightManifest& m, const Acto
   std::size_t total = 0;
   (void)detail::weights::SetBuilder::offsets(m.entries, &total);
   gpu::IpcHandle h;
-  if (m.device_handle.size() != h.bytes.size() || m.device_bytes != total) {
-    fail(WeightError::Kind::Transfer, "manifest's device handle does not match its entries");
-  }
+  if (m.device_handle.size() != h.bytes.size()) fail(WeightError::Kind::Transfer, "manifest's device handle is malformed");
   std::copy(m.device_handle.begin(), m.device_handle.end(), h.bytes.begin());
   h.nbytes = total;
   h.device = opts_.device;   // the store matched the GPU by UUID; its index there may differ
@@ -307,7 +304,7 @@ WeightSetPtr WeightSubscriber::import_device(const WeightManifest& m, const Acto
     }
     if (weight_checksum(bytes.data(), total) != m.device_checksum) {
       fail(WeightError::Kind::Checksum, "version " + std::to_string(m.version) + " on device " +
-                                            std::to_string(m.device) + " does not match its checksum");
+                                            std::to_string(opts_.device) + " does not match its checksum");
     }
   }
   if (opts_.on_progress) opts_.on_progress(m.wire_bytes, m.wire_bytes);
