@@ -96,7 +96,7 @@ class WeightStore {
   WeightStore();
   // compression: a WireCompression value; hold_lease_ms: PublisherOptions::hold_lease.
   WeightStore(std::uint8_t compression, std::int64_t hold_lease_ms);
-  // As above; `relay_maps`: SubscriberOptions::map_shared of follow()'s subscriber (false in the
+  // As above; `relay_maps`: SubscriberOptions::map_shared of follow()/follow_async() (false in the
   // other constructors: a relay re-serves its copy, and a mapping would be re-exposed by a copy
   // per child; a store that only consumes may map).
   WeightStore(std::uint8_t compression, std::int64_t hold_lease_ms, bool relay_maps);
@@ -138,14 +138,14 @@ class WeightStore {
 
  private:
   struct Stream;
+  // follow() and follow_async(): one pull at a time, on the stream's thread.
+  void start_pull(std::vector<ActorRef<WeightStore>> sources, std::uint64_t version);
   WeightManifest streaming_manifest(const WeightManifest& arriving, const TensorView& wire,
                                     const std::string& subscriber, std::uint64_t have);
 
   std::shared_ptr<WeightPublisher> publisher_;
-  std::unique_ptr<WeightSubscriber> relay_;   // follow()'s receiving side, buffers reused
-  std::vector<std::uint64_t> relay_sources_;
   bool relay_maps_ = false;
-  std::shared_ptr<Stream> stream_;            // follow_async()'s pull and what it serves meanwhile
+  std::shared_ptr<Stream> stream_;            // a relay's pull and what it serves meanwhile
 };
 
 // Sends `version` (published at `publisher`) down a chain: relays[0] follows the publisher,

@@ -48,6 +48,8 @@ struct WeightStore::Stream {
   bool running = false;
   std::uint64_t wanted = 0;                  // the version asked for
   std::string error;                         // why the last pull failed ("" if it did not)
+  WeightError::Kind error_kind = WeightError::Kind::Transfer;
+  std::uint64_t pulled_checksum = 0;         // the last pull's, when it succeeded
   std::optional<WeightManifest> arriving;    // the version being received, once its buffer exists
   TensorView wire;                           // its receive buffer
   std::atomic<std::uint64_t> landed{0};      // bytes in place from the start of `wire`
@@ -56,7 +58,7 @@ struct WeightStore::Stream {
   struct Hold { std::uint64_t region; Clock::time_point expires; };
   std::map<std::pair<std::uint64_t, std::string>, Hold> holds;   // children pulling the arriving version
   std::uint64_t streamed = 0;                // such transfers ever started
-  std::unique_ptr<WeightSubscriber> sub;     // the pulling side (receive buffers pooled)
+  std::unique_ptr<WeightSubscriber> sub;     // the pulling side of follow and follow_async (buffers pooled)
   std::vector<std::uint64_t> sub_sources;
   std::thread worker;
 
@@ -118,7 +120,7 @@ WeightManifest WeightStore::manifest(std::uint64_t version, std::string subscrib
     // problem (the child tries its next source), not a version that does not exist.
     if (!set && st.wanted == version && (st.running || !st.error.empty())) {
       throw WeightError(WeightError::Kind::Transfer,
-                        st.running ? "Transfer: this relay is still waiting for the version" : st.error);
+                        st.running ? "Transfer: this relay is still waiting for the version" : "Transfer: " + st.error);
     }
   }
   if (!set) {
@@ -195,6 +197,18 @@ void WeightStore::release(std::uint64_t version, std::string subscriber) {
 
 void WeightStore::follow_async(std::vector<ActorRef<WeightStore>> sources, std::uint64_t version) {
   if (version == kLatestVersion) throw std::invalid_argument("follow_async: name the version");
+  start_pull(std::move(sources), version);
+}
+
+std::uint64_t WeightStore::follow(std::vector<ActorRef<WeightStore>> sources, std::uint64_t version) {
+  start_pull(std::move(sources), version);
+  stream_->worker.join();
+  std::lock_guard lock(stream_->mu);
+  if (!stream_->error.empty()) throw WeightError(stream_->error_kind, stream_->error);
+  return stream_->pulled_checksum;
+}
+
+void WeightStore::start_pull(std::vector<ActorRef<WeightStore>> sources, std::uint64_t version) {
   auto st = stream_;
   if (st->worker.joinable()) st->worker.join();
   std::vector<std::uint64_t> ids;
@@ -223,10 +237,12 @@ void WeightStore::follow_async(std::vector<ActorRef<WeightStore>> sources, std::
     st->arriving.reset();
     st->wire = {};
   }
-  auto finish = [st](const std::string& error) {
+  auto finish = [st](const std::string& error, WeightError::Kind kind, std::uint64_t checksum) {
     std::lock_guard lock(st->mu);
     st->running = false;
-    st->error = error.empty() ? error : (error.rfind("Transfer", 0) == 0 ? error : "Transfer: " + error);
+    st->error = error;
+    st->error_kind = kind;
+    st->pulled_checksum = checksum;
     if (error.empty() && st->arriving) {
       st->done_version = st->arriving->version;
       st->done_generation = st->generation;
@@ -237,20 +253,21 @@ void WeightStore::follow_async(std::vector<ActorRef<WeightStore>> sources, std::
   };
   try {
     st->worker = std::thread([this, st, version, finish] {
-      std::string error;
       try {
         auto set = st->sub->update(version);
         auto mine = publisher_->latest();
         if (!mine || mine->version() < set->version()) publisher_->adopt(set);
+        finish("", WeightError::Kind::Transfer, set->checksum());
+      } catch (const WeightError& e) {
+        finish(e.what(), e.kind(), 0);
       } catch (const std::exception& e) {
-        error = e.what();
+        finish(e.what(), WeightError::Kind::Transfer, 0);
       } catch (...) {
-        error = "unknown exception";
+        finish("unknown exception", WeightError::Kind::Transfer, 0);
       }
-      finish(error);
     });
   } catch (const std::exception& e) {
-    finish(e.what());
+    finish(e.what(), WeightError::Kind::Transfer, 0);
     throw;
   }
 }
@@ -268,32 +285,15 @@ FollowState WeightStore::progress(std::uint64_t version) {
   }
   if (st.wanted == version) {
     if (st.running) return {version, 0, 0, false, 0};   // its manifest has not come yet
-    if (!st.error.empty()) throw WeightError(WeightError::Kind::Transfer, st.error);
+    if (!st.error.empty()) throw WeightError(WeightError::Kind::Transfer, "Transfer: " + st.error);
   }
   throw WeightError(WeightError::Kind::NotFound,
                     "NotFound: version " + (version == kLatestVersion ? std::string("latest") : std::to_string(version)));
 }
 
-std::uint64_t WeightStore::follow(std::vector<ActorRef<WeightStore>> sources, std::uint64_t version) {
-  if (stream_->worker.joinable()) stream_->worker.join();   // one pull into this store at a time
-  std::vector<std::uint64_t> ids;
-  for (const auto& s : sources) ids.push_back(s.id());
-  if (!relay_ || ids != relay_sources_) {
-    SubscriberOptions opts;
-    opts.map_shared = relay_maps_;
-    relay_ = std::make_unique<WeightSubscriber>(std::move(sources), opts);
-    relay_sources_ = std::move(ids);
-  }
-  auto set = relay_->update(version);
-  auto mine = publisher_->latest();
-  if (!mine || mine->version() < set->version()) publisher_->adopt(set);
-  return set->checksum();
-}
-
 void WeightStore::clear() {
   publisher_->clear();
-  if (relay_) relay_->reset();   // its receive buffers stay pooled for the next follow()
-  if (stream_->sub) stream_->sub->reset();
+  if (stream_->sub) stream_->sub->reset();   // its receive buffers stay pooled for the next pull
 }
 
 PublisherStats WeightStore::stats() {
