@@ -83,23 +83,23 @@ double inproc(troupe::Runtime& rt, std::size_t bytes, int receivers) {
   return best;
 }
 
-// Receivers follow the publisher (tree: level by level, parents first) to a version published
-// just before the clock starts. Returns every round's seconds: the warm-up first (connections
-// and endpoints made), then g_reps timed rounds.
-// `map`: receivers map the publisher's version in place when they can (same host).
+// How receivers get a version: all from the publisher, down a binary tree level by level (each
+// relay serves a version once it has all of it), or down a pipelined chain (chain_broadcast).
+enum class Fanout { kDirect, kTree, kChain };
+
+// Receivers follow the publisher to a version published just before the clock starts. Returns
+// every round's seconds: the warm-up first (connections and endpoints made), then g_reps timed
+// rounds. `map`: receivers map the publisher's version in place when they can (same host).
 std::vector<double> broadcast(troupe::Runtime& rt, const troupe::Options& pub_opts, const troupe::Options& recv_opts,
-                 std::size_t bytes, int receivers, bool tree, bool map = false) {
+                              std::size_t bytes, int receivers, Fanout fanout, bool map = false) {
   auto pub = rt.spawn<WeightStore>(pub_opts);
   std::vector<ActorRef<WeightStore>> relays;
   for (int i = 0; i < receivers; ++i) {
     relays.push_back(rt.spawn<WeightStore>(recv_opts, std::uint8_t(0), std::int64_t(60000), map));
   }
-  std::vector<double> rounds;
-  for (int rep = 0; rep <= g_reps; ++rep) {   // a new version each round, as after each optimizer step
-    const auto version = std::uint64_t(rep + 1);
-    for (auto& r : relays) r.call(&WeightStore::clear).get();
-    pub.call(&WeightStore::publish_synthetic, version, numels(bytes), version).get();
-    auto t0 = Clock::now();
+  auto follow_all = [&](std::uint64_t version) {
+    if (fanout == Fanout::kChain) return troupe::chain_broadcast(pub, relays, version, std::chrono::seconds(300));
+    const bool tree = fanout == Fanout::kTree;
     std::size_t level_start = 0, level_size = 2;
     while (level_start < relays.size()) {
       std::vector<troupe::Future<std::uint64_t>> fs;
@@ -112,26 +112,14 @@ std::vector<double> broadcast(troupe::Runtime& rt, const troupe::Options& pub_op
       level_start = end;
       level_size *= 2;
     }
-    rounds.push_back(since(t0));
-  }
-  for (auto& r : relays) rt.kill(r);
-  rt.kill(pub);
-  return rounds;
-}
-
-// The same through a pipelined chain (chain_broadcast: each relay serves buckets as they land).
-std::vector<double> chain(troupe::Runtime& rt, const troupe::Options& pub_opts, const troupe::Options& recv_opts,
-                          std::size_t bytes, int receivers) {
-  auto pub = rt.spawn<WeightStore>(pub_opts);
-  std::vector<ActorRef<WeightStore>> relays;
-  for (int i = 0; i < receivers; ++i) relays.push_back(rt.spawn<WeightStore>(recv_opts));
+  };
   std::vector<double> rounds;
-  for (int rep = 0; rep <= g_reps; ++rep) {
+  for (int rep = 0; rep <= g_reps; ++rep) {   // a new version each round, as after each optimizer step
     const auto version = std::uint64_t(rep + 1);
     for (auto& r : relays) r.call(&WeightStore::clear).get();
     pub.call(&WeightStore::publish_synthetic, version, numels(bytes), version).get();
     auto t0 = Clock::now();
-    troupe::chain_broadcast(pub, relays, version, std::chrono::seconds(300));
+    follow_all(version);
     rounds.push_back(since(t0));
   }
   for (auto& r : relays) rt.kill(r);
@@ -249,11 +237,11 @@ int main(int argc, char** argv) {
     for (int n : receiver_counts(bytes)) results.push_back(entry("inproc", bytes, n, inproc(rt, bytes, n), mc.back()));
     auto opts = troupe::Options{}.process(true);
     for (int n : receiver_counts(bytes, false)) {
-      results.push_back(rounds_entry("same_host", bytes, n, broadcast(rt, opts, opts, bytes, n, false, true), mc.back(), "map"));
+      results.push_back(rounds_entry("same_host", bytes, n, broadcast(rt, opts, opts, bytes, n, Fanout::kDirect, true), mc.back(), "map"));
       std::cerr << results.back().dump() << "\n";
     }
     for (int n : receiver_counts(bytes)) {
-      results.push_back(rounds_entry("same_host", bytes, n, broadcast(rt, opts, opts, bytes, n, false, false), mc.back(), "copy"));
+      results.push_back(rounds_entry("same_host", bytes, n, broadcast(rt, opts, opts, bytes, n, Fanout::kDirect, false), mc.back(), "copy"));
       std::cerr << results.back().dump() << "\n";
     }
   }
@@ -272,9 +260,9 @@ int main(int argc, char** argv) {
     auto recv_opts = troupe::Options{}.resources("node_b=1");
     for (std::size_t i = 0; i < sizes.size(); ++i) {
       for (int n : receiver_counts(sizes[i])) {
-        results.push_back(rounds_entry("cross_node", sizes[i], n, broadcast(crt, pub_opts, recv_opts, sizes[i], n, true), mc[i], "tree"));
+        results.push_back(rounds_entry("cross_node", sizes[i], n, broadcast(crt, pub_opts, recv_opts, sizes[i], n, Fanout::kTree), mc[i], "tree"));
         std::cerr << results.back().dump() << "\n";
-        results.push_back(rounds_entry("cross_node", sizes[i], n, chain(crt, pub_opts, recv_opts, sizes[i], n), mc[i], "chain"));
+        results.push_back(rounds_entry("cross_node", sizes[i], n, broadcast(crt, pub_opts, recv_opts, sizes[i], n, Fanout::kChain), mc[i], "chain"));
         std::cerr << results.back().dump() << "\n";
       }
     }
