@@ -58,6 +58,30 @@ struct DeviceReceiver {
   void drop() { sub.reset(); }
 };
 
+// An embedded cluster (worker processes on this host) whose session files live in `dir`.
+troupe::Runtime local_runtime(const test_support::TempDir& dir) {
+  troupe::RuntimeConfig cfg;
+  cfg.session_root = dir.path;
+  return troupe::Runtime::create(cfg);
+}
+
+std::size_t holds(const troupe::ActorRef<WeightStore>& store) { return store.call(&WeightStore::stats).get().holds; }
+
+// `store`'s holds once they are `n`, or after 6 s whatever they are (releases are not waited for).
+std::size_t wait_holds(const troupe::ActorRef<WeightStore>& store, std::size_t n) {
+  for (int i = 0; i < 300 && holds(store) != n; ++i) std::this_thread::sleep_for(20ms);
+  return holds(store);
+}
+
+// Whether `store` has `version` complete within `limit`.
+bool wait_complete(const troupe::ActorRef<WeightStore>& store, std::uint64_t version, std::chrono::seconds limit) {
+  for (auto end = std::chrono::steady_clock::now() + limit; std::chrono::steady_clock::now() < end;) {
+    if (store.call(&WeightStore::progress, version).get().complete) return true;
+    std::this_thread::sleep_for(50ms);
+  }
+  return store.call(&WeightStore::progress, version).get().complete;
+}
+
 troupe::Runtime connect(const itest::Cluster& c) { return itest::connect(c, 60s); }
 
 std::vector<std::int64_t> numels(std::int64_t total_floats, int n) {
@@ -73,9 +97,7 @@ TROUPE_ACTOR(DeviceReceiver, pull, drop);
 TEST_CASE("weights: a worker publishes, another worker and the driver pull the same checked bytes") {
   test_support::TempDir dir("troupe-weights");
   {
-    troupe::RuntimeConfig cfg;
-    cfg.session_root = dir.path;
-    auto rt = troupe::Runtime::create(cfg);
+    auto rt = local_runtime(dir);
     auto pub = rt.spawn<WeightStore>(troupe::Options{}.process(true));
     auto recv = rt.spawn<WeightStore>(troupe::Options{}.process(true));
     auto sum = pub.call(&WeightStore::publish_synthetic, std::uint64_t(3), numels(8 << 20, 4), std::uint64_t(1)).get();
@@ -88,8 +110,8 @@ TEST_CASE("weights: a worker publishes, another worker and the driver pull the s
     CHECK(set->version() == 3);
     CHECK(troupe::weight_checksum(set->wire().data, set->wire_bytes()) == sum);
     CHECK(set->tensors().size() == 4);
-    CHECK(pub.call(&WeightStore::stats).get().holds == 0);   // every transfer released its hold
-    CHECK(recv.call(&WeightStore::stats).get().holds == 0);
+    CHECK(holds(pub) == 0);   // every transfer released its hold
+    CHECK(holds(recv) == 0);
   }
 }
 
@@ -112,15 +134,13 @@ TEST_CASE("weights: two daemons, a broadcast tree of 4 receivers all get the pub
   }
   CHECK(troupe::tree_sources(pub, relays, 2)[0] == relays[0]);
   for (auto& r : relays) CHECK(r.call(&WeightStore::latest_version).get() == 1);
-  CHECK(relays[0].call(&WeightStore::stats).get().holds == 0);
+  CHECK(holds(relays[0]) == 0);
 }
 
 TEST_CASE("weights: a receiver killed mid-transfer blocks neither the others nor the publisher") {
   test_support::TempDir dir("troupe-weights");
   {
-    troupe::RuntimeConfig cfg;
-    cfg.session_root = dir.path;
-    auto rt = troupe::Runtime::create(cfg);
+    auto rt = local_runtime(dir);
     auto pub = rt.spawn<WeightStore>(troupe::Options{}.process(true), std::uint8_t(0), std::int64_t(1000));
     auto dier = rt.spawn<DyingReceiver>(troupe::Options{}.process(true));
     auto ok = rt.spawn<WeightStore>(troupe::Options{}.process(true));
@@ -131,7 +151,7 @@ TEST_CASE("weights: a receiver killed mid-transfer blocks neither the others nor
     CHECK_FALSE(died.result().ok());
     for (int i = 0; i < 100 && ::kill(dier_pid, 0) == 0; ++i) std::this_thread::sleep_for(50ms);   // reaped
     CHECK(::kill(dier_pid, 0) != 0);
-    CHECK(pub.call(&WeightStore::stats).get().holds == 1);   // the dead receiver's, until its lease
+    CHECK(holds(pub) == 1);   // the dead receiver's, until its lease
     // The others go on at once: another receiver pulls, the publisher publishes again.
     CHECK(ok.call(&WeightStore::follow, std::vector<troupe::ActorRef<WeightStore>>{pub}, std::uint64_t(1)).get() == sum);
     auto sum2 = pub.call(&WeightStore::publish_synthetic, std::uint64_t(2), numels(16 << 20, 2), std::uint64_t(10)).get();
@@ -146,33 +166,26 @@ TEST_CASE("weights: a receiver killed mid-transfer blocks neither the others nor
 TEST_CASE("weights: subscribers on the host map a worker's version, held while they live (WS-2)") {
   test_support::TempDir dir("troupe-weights");
   {
-    troupe::RuntimeConfig cfg;
-    cfg.session_root = dir.path;
-    auto rt = troupe::Runtime::create(cfg);
+    auto rt = local_runtime(dir);
     auto pub = rt.spawn<WeightStore>(troupe::Options{}.process(true));
     auto mapper = rt.spawn<MappingReceiver>(troupe::Options{}.process(true));
     auto sum = pub.call(&WeightStore::publish_synthetic, std::uint64_t(1), numels(4 << 20, 2), std::uint64_t(4)).get();
-    auto holds = [&] { return pub.call(&WeightStore::stats).get().holds; };
-    auto wait_holds = [&](std::size_t n) {
-      for (int i = 0; i < 300 && holds() != n; ++i) std::this_thread::sleep_for(20ms);
-      return holds();
-    };
 
     troupe::WeightSubscriber driver(pub);   // the driver, another process on this host
     auto set = driver.update();
     CHECK(troupe::weight_checksum(set->wire().data, set->wire_bytes()) == sum);
-    CHECK(holds() == 1);
+    CHECK(holds(pub) == 1);
     CHECK(mapper.call(&MappingReceiver::map_from, pub).get() == sum);
-    CHECK(holds() == 2);
+    CHECK(holds(pub) == 2);
 
     // A mapping holder killed: its hold ends with its process, not after a lease.
     int pid = mapper.call(&MappingReceiver::pid).get();
     REQUIRE(::kill(pid, SIGKILL) == 0);
-    CHECK(wait_holds(1) == 1);
+    CHECK(wait_holds(pub, 1) == 1);
     // The driver lets go: no hold is left, and a newer version frees this one.
     set.reset();
     driver.reset();
-    CHECK(wait_holds(0) == 0);
+    CHECK(wait_holds(pub, 0) == 0);
     pub.call(&WeightStore::publish_synthetic, std::uint64_t(2), numels(4 << 20, 2), std::uint64_t(5)).get();
     CHECK(pub.call(&WeightStore::stats).get().live_versions == 1);
   }
@@ -192,22 +205,15 @@ TEST_CASE("weights on a GPU: a worker's device mirror reaches other processes by
   }
   test_support::TempDir dir("troupe-weights");
   {
-    troupe::RuntimeConfig cfg;
-    cfg.session_root = dir.path;
-    auto rt = troupe::Runtime::create(cfg);
+    auto rt = local_runtime(dir);
     auto pub = rt.spawn<WeightStore>(troupe::Options{}.process(true), std::uint8_t(0), std::int64_t(0), false,
                                      std::int32_t(0));
     auto in_place = rt.spawn<DeviceReceiver>(troupe::Options{}.process(true));
     auto copying = rt.spawn<DeviceReceiver>(troupe::Options{}.process(true));
     pub.call(&WeightStore::publish_synthetic, std::uint64_t(1), numels(16 << 20, 4), std::uint64_t(7)).get();
-    auto holds = [&] { return pub.call(&WeightStore::stats).get().holds; };
-    auto wait_holds = [&](std::size_t n) {
-      for (int i = 0; i < 300 && holds() != n; ++i) std::this_thread::sleep_for(20ms);
-      return holds();
-    };
     CHECK(in_place.call(&DeviceReceiver::pull, pub, true).get() == 0);
     CHECK(copying.call(&DeviceReceiver::pull, pub, false).get() == 0);
-    CHECK(wait_holds(1) == 1);   // the in-place import is held; the copy let go after copying
+    CHECK(wait_holds(pub, 1) == 1);   // the in-place import is held; the copy let go after copying
     // The driver, a third process: in place too, same bytes on the device.
     troupe::SubscriberOptions opts;
     opts.device = 0;
@@ -216,11 +222,11 @@ TEST_CASE("weights on a GPU: a worker's device mirror reaches other processes by
     auto set = driver.update();
     CHECK(set->device() == 0);
     CHECK(set->version() == 1);
-    CHECK(wait_holds(2) == 2);
+    CHECK(wait_holds(pub, 2) == 2);
     set.reset();
     driver.reset();
     in_place.call(&DeviceReceiver::drop).get();
-    CHECK(wait_holds(0) == 0);
+    CHECK(wait_holds(pub, 0) == 0);
     // A newer version frees the old one, device mirror included.
     pub.call(&WeightStore::publish_synthetic, std::uint64_t(2), numels(16 << 20, 4), std::uint64_t(8)).get();
     CHECK(pub.call(&WeightStore::stats).get().live_versions == 1);
@@ -230,9 +236,7 @@ TEST_CASE("weights on a GPU: a worker's device mirror reaches other processes by
 TEST_CASE("weights: a chain of relays in worker processes serves each version as it arrives, with a fallback") {
   test_support::TempDir dir("troupe-weights");
   {
-    troupe::RuntimeConfig cfg;
-    cfg.session_root = dir.path;
-    auto rt = troupe::Runtime::create(cfg);
+    auto rt = local_runtime(dir);
     auto pub = rt.spawn<WeightStore>(troupe::Options{}.process(true));
     std::vector<troupe::ActorRef<WeightStore>> relays;
     for (int i = 0; i < 3; ++i) relays.push_back(rt.spawn<WeightStore>(troupe::Options{}.process(true)));
@@ -265,12 +269,7 @@ TEST_CASE("weights: a chain of relays in worker processes serves each version as
     rt.kill(relays[1]);
     relays[2].call(&WeightStore::follow_async, std::vector<troupe::ActorRef<WeightStore>>{relays[1], pub},
                    std::uint64_t(2)).get();
-    bool complete = false;
-    for (int i = 0; i < 600 && !complete; ++i) {
-      complete = relays[2].call(&WeightStore::progress, std::uint64_t(2)).get().complete;
-      if (!complete) std::this_thread::sleep_for(50ms);
-    }
-    CHECK(complete);
+    CHECK(wait_complete(relays[2], 2, 30s));
     CHECK(pub.call(&WeightStore::stats).get().transfers == 2);
     // A version nobody has: progress says NotFound.
     CHECK_THROWS(relays[0].call(&WeightStore::progress, std::uint64_t(9)).get());
@@ -300,12 +299,7 @@ TEST_CASE("weights: a relay killed while its child streams from it: the child pu
   }
   const bool mid_stream = !seen.complete && !r0.call(&WeightStore::progress, std::uint64_t(1)).get().complete;
   rt.kill(r0);
-  bool complete = false;
-  for (int i = 0; i < 1200 && !complete; ++i) {
-    complete = r1.call(&WeightStore::progress, std::uint64_t(1)).get().complete;
-    if (!complete) std::this_thread::sleep_for(50ms);
-  }
-  REQUIRE(complete);
+  REQUIRE(wait_complete(r1, 1, 60s));
   troupe::SubscriberOptions copy;
   copy.map_shared = false;
   troupe::WeightSubscriber driver(r1, copy);
