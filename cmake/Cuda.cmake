@@ -1,5 +1,6 @@
 # TROUPE_CUDA=AUTO|ON|OFF. AUTO uses nvcc when it is found (on PATH, $CUDACXX or /usr/local/cuda).
-# Sets TROUPE_HAVE_CUDA and TROUPE_HAVE_NCCL, and the target troupe::nccl when NCCL is found.
+# Sets TROUPE_HAVE_CUDA and TROUPE_HAVE_NCCL, and the target troupe::nccl (nccl.h only: the
+# runtime opens libnccl.so.2 with dlopen when a group first broadcasts) when nccl.h is found.
 set(TROUPE_HAVE_CUDA OFF)
 set(TROUPE_HAVE_NCCL OFF)
 if(NOT TROUPE_CUDA STREQUAL "OFF")
@@ -20,12 +21,11 @@ if(NOT TROUPE_CUDA STREQUAL "OFF")
     find_package(CUDAToolkit REQUIRED)
     set(TROUPE_HAVE_CUDA ON)
     find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
-    find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
-    if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+    if(NCCL_INCLUDE_DIR)
       add_library(troupe_nccl INTERFACE)
       add_library(troupe::nccl ALIAS troupe_nccl)
       target_include_directories(troupe_nccl SYSTEM INTERFACE ${NCCL_INCLUDE_DIR})
-      target_link_libraries(troupe_nccl INTERFACE ${NCCL_LIBRARY} CUDA::cudart)
+      target_link_libraries(troupe_nccl INTERFACE CUDA::cudart ${CMAKE_DL_LIBS})
       set(TROUPE_HAVE_NCCL ON)
     endif()
   elseif(TROUPE_CUDA STREQUAL "ON")

@@ -3,7 +3,8 @@
 #  1. the raw paths, built here with g++ against CUDA + NCCL alone (no CMake packages): CUDA IPC
 #     from a publisher to 1/2/4 reader processes on one GPU, and NCCL broadcast over every
 #     visible GPU, both checked and timed against cudaMemcpy D2D;
-#  2. the WeightStore's own GPU path (PublisherOptions::device / SubscriberOptions::device), from
+#  2. the WeightStore's own GPU paths (PublisherOptions::device / SubscriberOptions::device: CUDA
+#     IPC on one GPU; with 2+ GPUs, SubscriberOptions::nccl_group broadcasts), from
 #     troupe binaries built elsewhere with CUDA (that machine has no CAF/UCX packages): set
 #     TROUPE_BIN to a folder with weight_sync, integration_tests and runtime_tests, and
 #     LD_LIBRARY_PATH to their libraries (scripts/device-bundle.sh makes both). Skipped without it.
@@ -26,11 +27,13 @@ find_nccl() {  # find_nccl <file> : the folder holding it
 NCCL_INC=$(find_nccl nccl.h)
 NCCL_LIB=$(find_nccl 'libnccl.so*')
 [[ -n $NCCL_INC && $NCCL_INC != . && -n $NCCL_LIB && $NCCL_LIB != . ]] || { echo "nccl.h / libnccl not found"; exit 3; }
-[[ -e $NCCL_LIB/libnccl.so ]] || ln -sf "$(ls "$NCCL_LIB"/libnccl.so* | head -1)" "$BUILD/libnccl.so"
+# troupe opens libnccl.so.2 with dlopen: let the loader find this one.
+[[ -e $NCCL_LIB/libnccl.so.2 ]] || ln -sf "$(ls "$NCCL_LIB"/libnccl.so* | head -1)" "$BUILD/libnccl.so.2"
+export LD_LIBRARY_PATH="$NCCL_LIB:$BUILD${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 echo "== 1. raw CUDA IPC and NCCL: build in $BUILD (nccl: $NCCL_INC, $NCCL_LIB)"
 g++ -std=c++20 -O2 -I"$CUDA/include" -I"$NCCL_INC" -Iruntime/src -DTROUPE_WEIGHTS_GPU=1 -DTROUPE_WEIGHTS_NCCL=1 \
   runtime/src/weights/gpu_sync.cpp runtime/src/weights/nccl_broadcast.cpp bench/device/weight_sync_check.cpp \
-  -L"$CUDA/lib64" -L"$NCCL_LIB" -L"$BUILD" -Wl,-rpath,"$CUDA/lib64:$NCCL_LIB" -lnccl -lcudart -lpthread \
+  -L"$CUDA/lib64" -Wl,-rpath,"$CUDA/lib64" -lcudart -ldl -lpthread \
   -o "$BUILD/weight_sync_check" || exit 3
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 timeout 240 "$BUILD/weight_sync_check" | tee "$OUTDIR/weight_sync_raw.txt"
@@ -53,14 +56,15 @@ if [[ -s $OUTDIR/weight_sync_store.json ]]; then
   python3 - "$OUTDIR/weight_sync_store.json" <<'PY'
 import json, sys
 rows = json.load(open(sys.argv[1]))["results"]
-print("\n== WeightStore, same_gpu (CUDA IPC between processes; best of 2 rounds, each a new version)")
-print(f"{'MiB':>6} {'mode':9} {'recv':>4} {'seconds':>9} {'GB/s':>8} {'d2d GB/s':>9} {'x of 1':>7}")
+print("\n== WeightStore: same_gpu (CUDA IPC between processes), nccl_group (NCCL broadcast to other GPUs);")
+print("   best of 2 rounds, each a new version")
+print(f"{'path':10} {'MiB':>6} {'mode':9} {'recv':>4} {'seconds':>9} {'GB/s':>8} {'d2d GB/s':>9} {'x of 1':>7}")
 one = {}
 for r in rows:
-    key = (r["bytes"], r["mode"])
+    key = (r["path"], r["bytes"], r["mode"])
     if r["receivers"] == 1: one[key] = r["seconds"]
     ratio = r["seconds"] / one[key] if key in one else float("nan")
-    print(f"{r['bytes'] >> 20:6} {r['mode']:9} {r['receivers']:4} {r['seconds']:9.5f} {r['gbps']:8.1f} {r['memcpy_gbps']:9.1f} {ratio:7.2f}")
+    print(f"{r['path']:10} {r['bytes'] >> 20:6} {r['mode']:9} {r['receivers']:4} {r['seconds']:9.5f} {r['gbps']:8.1f} {r['memcpy_gbps']:9.1f} {ratio:7.2f}")
 PY
 fi
 exit $rc

@@ -85,14 +85,14 @@ double nccl_gbps(int ndev, std::size_t n, bool* ok) {
   for (int r = 0; r < ndev; ++r) {
     ts.emplace_back([&, r] {
       std::string e;
-      auto b = gpu::NcclBroadcaster::create(*id, r, ndev, r, &e);
+      auto b = gpu::NcclBroadcaster::create(*id, r, ndev, r, std::chrono::seconds(60), &e);
       void* buf = nullptr;
       if (!b || cudaMalloc(&buf, n) != cudaSuccess) { std::fprintf(stderr, "nccl rank %d: %s\n", r, e.c_str()); *ok = false; return; }
       cudaMemset(buf, r == 0 ? 0x5a : 0, n);
       cudaDeviceSynchronize();
-      bool good = b->broadcast(buf, n, 0, 64u << 20, &e);   // warm-up
+      bool good = b->broadcast(buf, n, 0, 64u << 20, std::chrono::seconds(60), &e);   // warm-up
       auto t0 = Clock::now();
-      good = good && b->broadcast(buf, n, 0, 64u << 20, &e);
+      good = good && b->broadcast(buf, n, 0, 64u << 20, std::chrono::seconds(60), &e);
       secs[std::size_t(r)] = since(t0);
       unsigned char x = 0;
       cudaMemcpy(&x, static_cast<char*>(buf) + n - 1, 1, cudaMemcpyDeviceToHost);

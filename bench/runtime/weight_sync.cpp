@@ -15,6 +15,9 @@
 //                processes taking it by CUDA IPC, "mode" "in_place" or "copy" (device to device);
 //                "memcpy_gbps" is then cudaMemcpy device-to-device on D. A last, untimed round
 //                checks every receiver's bytes on the device against the publisher's checksum.
+//                With 2+ GPUs also "nccl_group": the publisher's store on D as rank 0 of an NCCL
+//                group, receivers on the other GPUs taking each version by the group's broadcast
+//                (the first, untimed round forms the group).
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -151,13 +154,22 @@ struct GpuReceiver {
     opts.verify_mapped = verify;
     sub = std::make_unique<troupe::WeightSubscriber>(std::move(source), opts);
   }
+  // As setup(), a member of NCCL group `group` of `size` GPUs.
+  void setup_group(ActorRef<WeightStore> source, std::int32_t device, bool verify, std::string group, std::int32_t size) {
+    troupe::SubscriberOptions opts;
+    opts.device = device;
+    opts.verify_mapped = verify;
+    opts.nccl_group = std::move(group);
+    opts.nccl_group_size = size;
+    sub = std::make_unique<troupe::WeightSubscriber>(std::move(source), opts);
+  }
   std::int32_t pull(std::uint64_t version) { return sub->update(version)->device(); }
   void clear() { sub->reset(); }
 };
 
 }  // namespace
 
-TROUPE_ACTOR(GpuReceiver, setup, pull, clear);
+TROUPE_ACTOR(GpuReceiver, setup, setup_group, pull, clear);
 
 namespace {
 
@@ -189,6 +201,53 @@ std::vector<double> same_gpu(troupe::Runtime& rt, std::size_t bytes, int receive
   return rounds;
 }
 
+// nccl_group: the publisher's store on `device` is rank 0, receiver k on the k-th other GPU; every
+// round a new version, broadcast once all receivers ask for it. Throws when a round did not go by
+// the group's broadcast (it would time another path). Then one checked round, in a group formed
+// anew.
+std::vector<double> nccl_group(troupe::Runtime& rt, std::size_t bytes, int receivers, int device) {
+  auto procs = troupe::Options{}.process(true);
+  auto pub = rt.spawn<WeightStore>(procs, std::uint8_t(0), std::int64_t(60000), false, std::int32_t(device));
+  std::vector<ActorRef<GpuReceiver>> recvs;
+  std::vector<std::int32_t> gpus;
+  for (int i = 0, g = 0; i < receivers; ++i, ++g) {
+    if (g == device) ++g;
+    recvs.push_back(rt.spawn<GpuReceiver>(procs));
+    gpus.push_back(g);
+  }
+  const std::string group = "bench-" + std::to_string(bytes) + "-" + std::to_string(receivers);
+  auto setup = [&](bool verify) {
+    for (std::size_t i = 0; i < recvs.size(); ++i) {
+      recvs[i].call(&GpuReceiver::setup_group, pub, gpus[i], verify, group, std::int32_t(receivers + 1)).get();
+    }
+  };
+  std::uint64_t version = 0;
+  auto round = [&] {
+    for (auto& r : recvs) r.call(&GpuReceiver::clear).get();
+    pub.call(&WeightStore::publish_synthetic, ++version, numels(bytes), version).get();
+    const auto sent = pub.call(&WeightStore::stats).get().group_broadcasts;
+    auto t0 = Clock::now();
+    std::vector<troupe::Future<std::int32_t>> fs;
+    for (auto& r : recvs) fs.push_back(r.call(&GpuReceiver::pull, version));
+    for (std::size_t i = 0; i < fs.size(); ++i) {
+      if (fs[i].get() != gpus[i]) throw std::runtime_error("nccl_group: a receiver's set is not on its GPU");
+    }
+    double s = since(t0);
+    if (pub.call(&WeightStore::stats).get().group_broadcasts != sent + 1) {
+      throw std::runtime_error("nccl_group: the version did not go by the group's broadcast (see the log)");
+    }
+    return s;
+  };
+  std::vector<double> rounds;
+  setup(false);
+  for (int rep = 0; rep <= g_reps; ++rep) rounds.push_back(round());
+  setup(true);
+  (void)round();   // throws (the bench fails) on a checksum mismatch
+  for (auto& r : recvs) rt.kill(r);
+  rt.kill(pub);
+  return rounds;
+}
+
 int gpu_main(troupe::Runtime& rt, int device, const std::vector<std::size_t>& sizes) {
   std::string why;
   nlohmann::json results = nlohmann::json::array();
@@ -206,6 +265,17 @@ int gpu_main(troupe::Runtime& rt, int device, const std::vector<std::size_t>& si
         results.push_back(e);
         std::cerr << results.back().dump() << "\n";
       }
+    }
+    const int others = troupe::detail::weights::gpu::device_count(&why) - 1;
+    for (int n : {1, 2, 4}) {
+      if (n > others) {
+        std::cerr << "weight_sync: nccl_group with " << n << " receivers needs " << n + 1 << " GPUs; skipped\n";
+        continue;
+      }
+      auto e = rounds_entry("nccl_group", bytes, n, nccl_group(rt, bytes, n, device), d2d, "broadcast");
+      e["reference"] = "cudaMemcpy device to device on the publisher's GPU";
+      results.push_back(e);
+      std::cerr << results.back().dump() << "\n";
     }
   }
   std::cout << nlohmann::json{{"results", results}}.dump() << std::endl;

@@ -1,11 +1,13 @@
 // The weight store across processes: a worker publishes, other workers and the driver pull over
 // the data plane; two daemons and a broadcast tree of 4 receivers; a receiver dying mid-transfer;
-// a pipelined chain of relays; on a GPU machine, device mirrors imported by CUDA IPC.
+// a pipelined chain of relays; on a GPU machine, device mirrors imported by CUDA IPC and, with
+// several GPUs, NCCL group broadcasts.
 #include <doctest/doctest.h>
 
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "cluster_harness.hpp"
@@ -58,6 +60,27 @@ struct DeviceReceiver {
   void drop() { sub.reset(); }
 };
 
+// A member of NCCL group `group`: pulls versions into device `device`'s memory by the group's
+// broadcast (or, when the group cannot deliver, by the other paths), checked on the device.
+struct GroupReceiver {
+  std::unique_ptr<troupe::WeightSubscriber> sub;
+  std::int32_t device = 0;
+  void join(troupe::ActorRef<WeightStore> store, std::int32_t dev, std::string group, std::int32_t size) {
+    troupe::SubscriberOptions opts;
+    opts.device = device = dev;
+    opts.verify_mapped = true;
+    opts.nccl_group = std::move(group);
+    opts.nccl_group_size = size;
+    opts.nccl_timeout = std::chrono::seconds(8);
+    sub = std::make_unique<troupe::WeightSubscriber>(std::move(store), opts);
+  }
+  // The version now current here, once it is on this member's device (0 otherwise).
+  std::uint64_t pull(std::uint64_t version) {
+    auto set = sub->update(version);
+    return set->device() == device ? set->version() : 0;
+  }
+};
+
 // An embedded cluster (worker processes on this host) whose session files live in `dir`.
 troupe::Runtime local_runtime(const test_support::TempDir& dir) {
   troupe::RuntimeConfig cfg;
@@ -93,6 +116,7 @@ std::vector<std::int64_t> numels(std::int64_t total_floats, int n) {
 TROUPE_ACTOR(DyingReceiver, pid, pull_and_die);
 TROUPE_ACTOR(MappingReceiver, pid, map_from);
 TROUPE_ACTOR(DeviceReceiver, pull, drop);
+TROUPE_ACTOR(GroupReceiver, join, pull);
 
 TEST_CASE("weights: a worker publishes, another worker and the driver pull the same checked bytes") {
   test_support::TempDir dir("troupe-weights");
@@ -231,6 +255,66 @@ TEST_CASE("weights on a GPU: a worker's device mirror reaches other processes by
     pub.call(&WeightStore::publish_synthetic, std::uint64_t(2), numels(16 << 20, 4), std::uint64_t(8)).get();
     CHECK(pub.call(&WeightStore::stats).get().live_versions == 1);
   }
+}
+
+TEST_CASE("weights in an NCCL group: each version broadcast to every member's GPU; a dead member, then the other paths") {
+  namespace gpu = troupe::detail::weights::gpu;
+  std::string why;
+  const int devices = gpu::device_count(&why);
+  if (devices == 0) {   // the refusals: a store with no device mirror, a member with no device
+    troupe::RuntimeConfig cfg;
+    auto rt = troupe::Runtime::create(cfg);
+    auto store = rt.spawn<WeightStore>(troupe::Options{});
+    auto seat = store.call(&WeightStore::group_join, std::string("g"), std::int32_t(2), std::string("m"),
+                           std::int64_t(1000)).result();
+    REQUIRE_FALSE(seat.ok());
+    CHECK(seat.error().message.find("mirrors its versions on no GPU") != std::string::npos);
+    auto pulled = store.call(&WeightStore::group_pull, std::string("g"), std::uint64_t(1), std::uint64_t(1),
+                             std::string("m")).result();
+    REQUIRE_FALSE(pulled.ok());
+    CHECK(pulled.error().message.find("join again") != std::string::npos);
+    troupe::SubscriberOptions opts;
+    opts.nccl_group = "g";
+    opts.nccl_group_size = 2;
+    CHECK_THROWS_WITH_AS(troupe::WeightSubscriber(store, opts), doctest::Contains("needs a device"), std::invalid_argument);
+    MESSAGE("no CUDA device here (" << why << "): NCCL group broadcasts are checked on a machine with 2+ GPUs only");
+    return;
+  }
+  test_support::TempDir dir("troupe-weights");
+  auto rt = local_runtime(dir);
+  auto procs = troupe::Options{}.process(true);
+  auto pub = rt.spawn<WeightStore>(procs, std::uint8_t(0), std::int64_t(0), false, std::int32_t(0));
+  // One GPU: a member on the publisher's GPU, which NCCL refuses; the pull goes on by CUDA IPC.
+  // More: members on GPUs 1.., up to 3 of them.
+  const int members = std::clamp(devices - 1, 1, 3);
+  std::vector<troupe::ActorRef<GroupReceiver>> recvs;
+  for (int k = 0; k < members; ++k) {
+    recvs.push_back(rt.spawn<GroupReceiver>(procs));
+    recvs.back().call(&GroupReceiver::join, pub, std::int32_t(devices == 1 ? 0 : k + 1), std::string("sync"),
+                      std::int32_t(members + 1)).get();
+  }
+  auto pull_all = [&](std::uint64_t version) {   // every member at once, as an RL step's sync does
+    pub.call(&WeightStore::publish_synthetic, version, numels(8 << 20, 4), version).get();
+    std::vector<troupe::Future<std::uint64_t>> fs;
+    for (auto& r : recvs) fs.push_back(r.call(&GroupReceiver::pull, version));
+    for (auto& f : fs) CHECK(f.get() == version);
+  };
+  pull_all(1);
+  pull_all(2);
+  auto stats = pub.call(&WeightStore::stats).get();
+  if (devices == 1) {
+    CHECK(stats.group_broadcasts == 0);
+    MESSAGE("one GPU: NCCL refused the group and CUDA IPC delivered; group broadcasts need 2+ GPUs");
+    return;
+  }
+  CHECK(stats.group_broadcasts == 2);
+  if (members < 2) return;
+  // A member dies: the next round cannot fill, the group breaks within its timeout and the others
+  // take the version by the other paths (host memory, then their GPU).
+  rt.kill(recvs.back());
+  recvs.pop_back();
+  pull_all(3);
+  CHECK(pub.call(&WeightStore::stats).get().group_broadcasts == 2);
 }
 
 TEST_CASE("weights: a chain of relays in worker processes serves each version as it arrives, with a fallback") {

@@ -70,7 +70,8 @@ struct PublisherStats {
   std::size_t buffers_allocated = 0;   // shared-memory buffers ever allocated
   std::uint64_t transfers = 0;     // remote transfers ever started (holds granted)
   std::uint64_t streamed = 0;      // WeightStore: transfers of a version still arriving (follow_async)
-  MSGPACK_DEFINE(latest, live_versions, holds, buffers_allocated, transfers, streamed);
+  std::uint64_t group_broadcasts = 0;   // WeightStore: NCCL group broadcasts completed (group_pull)
+  MSGPACK_DEFINE(latest, live_versions, holds, buffers_allocated, transfers, streamed, group_broadcasts);
 };
 
 // Owns published versions. publish() copies the tensors once into a pooled shared-memory buffer

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -19,7 +20,7 @@
 
 namespace troupe {
 
-namespace detail::weights { class BufferPool; }
+namespace detail::weights { class BufferPool; class GroupRoot; }
 class WeightStore;
 
 struct SubscriberOptions {
@@ -33,9 +34,10 @@ struct SubscriberOptions {
   // the publisher's memory, shared with every other mapper: never write through its views.
   // Falls back to copying where the memory cannot be mapped (other hosts, TCP-only UCX).
   bool map_shared = true;
-  // Hash a mapped version before use. Off by default: a published version is written once,
-  // checksummed by its publisher and never written again while held, so a mapping cannot be
-  // torn (WS-1); copies are always checked.
+  // Hash a mapped version before use (and a version that arrived in device memory by CUDA IPC or
+  // NCCL). Off by default: a published version is written once, checksummed by its publisher and
+  // never written again while held, so a mapping cannot be torn (WS-1), and device transfers
+  // report their own failures; host copies are always checked.
   bool verify_mapped = false;
   // GPU builds, >= 0: pulled versions land in this CUDA device's memory (WeightSet::device()).
   // From a store on this host that mirrors its versions on this device (PublisherOptions::device)
@@ -44,6 +46,19 @@ struct SubscriberOptions {
   // other store it is pulled to host memory as above, checked, and uploaded. The constructor
   // throws std::invalid_argument when the build has no CUDA or the machine no such device.
   int device = -1;
+  // GPU builds, with `device` set: receive versions by NCCL broadcast in the group of this name,
+  // of `nccl_group_size` GPUs. The last source (the publisher's store, mirroring its versions on
+  // its own GPU) is rank 0, and each subscriber naming the group takes a rank: one GPU each, since
+  // NCCL refuses two ranks on one GPU. Every member's pull takes part in a broadcast, and the store
+  // broadcasts a version once all members have asked for it, so the members pull together (as in
+  // an RL step's weight sync). Joining and each broadcast wait at most `nccl_timeout` for the
+  // others. When the group cannot form or a broadcast fails, the pull goes on by the paths above,
+  // and the group is formed anew by a pull at least `nccl_retry` later. The constructor throws
+  // std::invalid_argument without `device`, with a size below 2, or where NCCL cannot be loaded.
+  std::string nccl_group;
+  int nccl_group_size = 0;
+  std::chrono::milliseconds nccl_timeout = std::chrono::seconds(30);
+  std::chrono::milliseconds nccl_retry = std::chrono::seconds(30);
   // Called on the pulling thread after each bucket lands (bytes so far, total: the first `bytes so
   // far` bytes are all in place). May throw to abandon the pull.
   std::function<void(std::size_t, std::size_t)> on_progress;
@@ -74,7 +89,11 @@ class WeightSubscriber {
   const std::string& id() const { return id_; }
 
  private:
+  struct GroupMember;   // this subscriber's seat and communicator in its NCCL group
   WeightSetPtr pull_from(const ActorRef<WeightStore>& source, std::uint64_t version);
+  // The version received by NCCL broadcast in SubscriberOptions::nccl_group; nullptr when the
+  // group cannot deliver it now (the other paths then do).
+  WeightSetPtr pull_group(std::uint64_t version);
   // The manifest's CUDA IPC handle imported (in place or copied on the device); nullptr when it
   // cannot be opened here (the host path then takes over).
   WeightSetPtr import_device(const WeightManifest& m, const ActorRef<WeightStore>& source,
@@ -85,6 +104,7 @@ class WeightSubscriber {
   std::string id_;
   std::vector<char> device_uuid_;       // SubscriberOptions::device's UUID
   std::shared_ptr<detail::weights::BufferPool> pool_;
+  std::unique_ptr<GroupMember> group_;  // with SubscriberOptions::nccl_group
   mutable std::mutex mu_;               // guards current_ (short critical sections only)
   WeightSetPtr current_;
 };
@@ -134,6 +154,21 @@ class WeightStore {
   void clear();                         // forget the latest (and a relay's copy)
   PublisherStats stats();
 
+  // NCCL group broadcast (GPU builds; this store mirrors its versions on a GPU, the fourth
+  // constructor argument). The store is rank 0 of group `group` of `size` GPUs; each subscriber
+  // with SubscriberOptions::nccl_group takes a seat (rank 1 .. size-1) and joins the communicator
+  // with the returned id; the store joins on a thread of its own, waiting up to `timeout_ms` for
+  // the others. A member that joins again, a full group or another size forms the group anew (a
+  // new epoch). Throws std::invalid_argument without a device mirror or with size < 2,
+  // std::runtime_error when NCCL cannot be loaded.
+  GroupSeat group_join(std::string group, std::int32_t size, std::string member, std::int64_t timeout_ms);
+  // A member asks for `version` by broadcast: once every member of the group has asked, the store
+  // broadcasts the version's device image, and each member receives it with ncclBroadcast. Returns
+  // the version's manifest (device_checksum: the image's checksum; nothing is pinned for the
+  // caller, the group holds the version until it is sent). Throws WeightError: Transfer (no such
+  // group or epoch: join again; the group broke; the round is on another version), NotFound.
+  WeightManifest group_pull(std::string group, std::uint64_t epoch, std::uint64_t version, std::string member);
+
   const std::shared_ptr<WeightPublisher>& publisher() const { return publisher_; }
 
  private:
@@ -146,6 +181,9 @@ class WeightStore {
   std::shared_ptr<WeightPublisher> publisher_;
   bool relay_maps_ = false;
   std::shared_ptr<Stream> stream_;            // a relay's pull and what it serves meanwhile
+  std::map<std::string, std::unique_ptr<detail::weights::GroupRoot>> groups_;   // NCCL groups by name
+  std::uint64_t group_epochs_ = 0;
+  std::shared_ptr<std::atomic<std::uint64_t>> group_broadcasts_ = std::make_shared<std::atomic<std::uint64_t>>(0);
 };
 
 // Sends `version` (published at `publisher`) down a chain: relays[0] follows the publisher,
@@ -165,4 +203,4 @@ std::vector<ActorRef<WeightStore>> tree_sources(const ActorRef<WeightStore>& pub
 }  // namespace troupe
 
 TROUPE_ACTOR(troupe::WeightStore, publish, publish_synthetic, latest_version, manifest, release,
-             follow, follow_async, progress, clear, stats);
+             follow, follow_async, progress, clear, stats, group_join, group_pull);

@@ -117,6 +117,16 @@ struct FollowState {
   MSGPACK_DEFINE(version, landed, total, complete, generation);
 };
 
+// WeightStore::group_join's answer: the NCCL id of the store's group, the caller's rank in it
+// (the store is rank 0) and the group's epoch (a group formed anew has a new one).
+struct GroupSeat {
+  std::vector<char> id;             // ncclUniqueId, 128 bytes
+  std::int32_t rank = 0;
+  std::int32_t size = 0;
+  std::uint64_t epoch = 0;
+  MSGPACK_DEFINE(id, rank, size, epoch);
+};
+
 // The 64-bit checksum of a version's wire image: XXH64 of each 1 MiB chunk (seed = chunk
 // index), folded in order. Chunked so that a receiver hashes each bucket while the next one is
 // in flight, with the same result for any bucket size that is a multiple of kChecksumChunk.

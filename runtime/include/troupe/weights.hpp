@@ -11,7 +11,8 @@
 //                 a chain in which each relay serves every bucket as soon as it has landed;
 //   GPUs          a publisher's device mirror (PublisherOptions::device) imported by CUDA IPC by
 //                 subscribers on the same GPU (SubscriberOptions::device), in place or copied on
-//                 the device; NCCL broadcast in runtime/src/weights/gpu_sync.hpp (GPU builds).
+//                 the device; subscribers on other GPUs in an NCCL group with the store
+//                 (SubscriberOptions::nccl_group) receive it by one broadcast per version.
 // Optional wire compression (bf16, int8 per row) is applied once at publish and undone on
 // receipt; bounds in WireCompression below.
 //

@@ -18,23 +18,6 @@ namespace {
 
 bool ok(cudaError_t e, std::string* error) { return cuda_ok(e, error); }
 
-// Makes `device` current on this thread for the guard's life, then restores the caller's device.
-class OnDevice {
- public:
-  OnDevice(int device, std::string* error) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    ok_ = ok(cudaSetDevice(device), error);
-  }
-  ~OnDevice() {
-    if (previous_ >= 0) (void)cudaSetDevice(previous_);
-  }
-  explicit operator bool() const { return ok_; }
-
- private:
-  int previous_ = -1;
-  bool ok_ = false;
-};
-
 // A copy that has landed when this returns: cudaMemcpy alone returns early for device-to-device
 // and pageable host-to-device copies. On a stream of its own that does not wait for (or hold up)
 // the work of the process's other streams.

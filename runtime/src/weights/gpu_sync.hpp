@@ -12,6 +12,8 @@
 #pragma once
 
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -82,22 +84,41 @@ bool copy_to_host(const void* device_src, std::size_t n, void* host, int device,
 // reference of the GPU rows of build/bench/weight_sync; 0 on error.
 double copy_gbps(std::size_t nbytes, int device, std::string* error);
 
-// One NCCL communicator over `nranks` processes (one GPU each). Rank 0 makes the unique id
-// (128 opaque bytes) and ships it to the others over the control plane.
+// One NCCL communicator over `nranks` ranks (one GPU each: NCCL refuses two ranks on one GPU).
+// Rank 0 makes the unique id (128 opaque bytes) and ships it to the others over the control plane.
+// libnccl.so.2 is loaded (dlopen) on first use, so programs that never broadcast do not load it.
+// The communicator is non-blocking: joining and broadcasting wait with a deadline, and past it
+// the communicator is aborted, so a rank that died or never came cannot hang the others.
 class NcclBroadcaster {
  public:
+  // True when the build has NCCL and libnccl.so.2 loads here.
+  static bool available(std::string* error);
   static std::optional<std::array<char, 128>> make_id(std::string* error);
-  static std::unique_ptr<NcclBroadcaster> create(const std::array<char, 128>& id, int rank, int nranks,
-                                                 int device, std::string* error);
+  // Joins the communicator as `rank` on `device`; returns once every rank has joined. nullptr on
+  // error, past `timeout`, or when `stop` (optional) becomes true: the half-made communicator is
+  // aborted then.
+  static std::unique_ptr<NcclBroadcaster> create(const std::array<char, 128>& id, int rank, int nranks, int device,
+                                                 std::chrono::milliseconds timeout, std::string* error,
+                                                 const std::atomic<bool>* stop = nullptr);
   ~NcclBroadcaster();
-  // Broadcasts `nbytes` at `buf` (device memory) from `root` to every rank, in buckets of
-  // `bucket` bytes (pipelined by NCCL on one stream); returns once the stream is done.
-  bool broadcast(void* buf, std::size_t nbytes, int root, std::size_t bucket, std::string* error);
+  // Broadcasts `nbytes` at `buf` (device memory on this rank's device) from `root` to every rank,
+  // in buckets of `bucket` bytes (pipelined by NCCL on one stream); returns once the stream is
+  // done. False on error, past `timeout` or on `stop`: the communicator is then aborted, and
+  // broken() from then on.
+  bool broadcast(void* buf, std::size_t nbytes, int root, std::size_t bucket, std::chrono::milliseconds timeout,
+                 std::string* error, const std::atomic<bool>* stop = nullptr);
+  // Aborts the communicator (its in-flight operations with it): broken() from then on.
+  void abort();
+  bool broken() const { return comm_ == nullptr; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int device() const { return device_; }
 
  private:
   NcclBroadcaster() = default;
   void* comm_ = nullptr;     // ncclComm_t
   void* stream_ = nullptr;   // cudaStream_t
+  int rank_ = 0, size_ = 0, device_ = 0;
 };
 
 }  // namespace troupe::detail::weights::gpu

@@ -9,6 +9,7 @@
 
 #include "transport/data_plane.hpp"
 #include "troupe/weight_store.hpp"
+#include "weights/nccl_group.hpp"
 #include "weights/set_builder.hpp"
 
 namespace troupe {
@@ -32,6 +33,19 @@ void fill_pattern(float* p, std::int64_t n, std::uint64_t seed) {
     x ^= x << 13; x ^= x >> 17; x ^= x << 5;
     p[i] = float(std::int32_t(x)) * (1.0f / 2147483648.0f);
   }
+}
+
+// What every manifest of a published `set` says, whatever the path.
+WeightManifest manifest_of(const WeightSet& set, std::uint64_t publisher_key) {
+  WeightManifest m;
+  m.version = set.version();
+  m.checksum = set.checksum();
+  m.compression = std::uint8_t(set.compression());
+  m.wire_bytes = set.wire_bytes();
+  m.entries = detail::weights::SetBuilder::entries_of(set);
+  m.origin = WeightOrigin::self();
+  m.publisher_key = publisher_key;
+  return m;
 }
 
 using Clock = std::chrono::steady_clock;
@@ -127,14 +141,7 @@ WeightManifest WeightStore::manifest(std::uint64_t version, std::string subscrib
     throw WeightError(WeightError::Kind::NotFound,
                       "NotFound: version " + (version == kLatestVersion ? std::string("latest") : std::to_string(version)));
   }
-  WeightManifest m;
-  m.version = set->version();
-  m.checksum = set->checksum();
-  m.compression = std::uint8_t(set->compression());
-  m.wire_bytes = set->wire_bytes();
-  m.entries = detail::weights::SetBuilder::entries_of(*set);
-  m.origin = WeightOrigin::self();
-  m.publisher_key = publisher_->key();
+  WeightManifest m = manifest_of(*set, publisher_->key());
   m.local = caller.nonce == m.origin.nonce && caller.pid == m.origin.pid;
   if (m.local || have == m.version) return m;   // nothing to pin: no transfer follows
   tp::ExposeOptions opts;
@@ -298,10 +305,49 @@ void WeightStore::clear() {
 
 PublisherStats WeightStore::stats() {
   auto s = publisher_->stats();
+  s.group_broadcasts = group_broadcasts_->load();
   std::lock_guard lock(stream_->mu);
   s.transfers += stream_->streamed;
   s.streamed = stream_->streamed;
   return s;
+}
+
+GroupSeat WeightStore::group_join(std::string group, std::int32_t size, std::string member, std::int64_t timeout_ms) {
+  const int device = publisher_->options().device;
+  if (device < 0) throw std::invalid_argument("group_join: this WeightStore mirrors its versions on no GPU");
+  if (size < 2) throw std::invalid_argument("group_join: a group needs at least 2 ranks");
+  if (timeout_ms <= 0) throw std::invalid_argument("group_join: the timeout must be positive");
+  auto it = groups_.find(group);
+  int rank = it != groups_.end() && it->second->size() == size ? it->second->seat(member) : 0;
+  if (rank == 0) {   // none yet, broken, resized, full, or a member joining again: form it anew
+    if (it != groups_.end()) groups_.erase(it);   // stops the old one's thread (its communicator aborted)
+    auto fresh = std::make_unique<detail::weights::GroupRoot>(group, size, device, std::chrono::milliseconds(timeout_ms),
+                                                              ++group_epochs_, group_broadcasts_);
+    it = groups_.emplace(group, std::move(fresh)).first;
+    rank = it->second->seat(member);
+  }
+  const auto& g = *it->second;
+  return {std::vector<char>(g.id().begin(), g.id().end()), rank, size, g.epoch()};
+}
+
+WeightManifest WeightStore::group_pull(std::string group, std::uint64_t epoch, std::uint64_t version,
+                                       std::string member) {
+  auto it = groups_.find(group);
+  if (it == groups_.end() || it->second->epoch() != epoch) {
+    throw WeightError(WeightError::Kind::Transfer, "Transfer: NCCL group " + group + " epoch " + std::to_string(epoch) +
+                                                       " is gone: join again");
+  }
+  auto set = it->second->ask(member, version, [this](std::uint64_t v) {
+    auto s = publisher_->get(v);
+    if (!s) {
+      throw WeightError(WeightError::Kind::NotFound,
+                        "NotFound: version " + (v == kLatestVersion ? std::string("latest") : std::to_string(v)));
+    }
+    return s;
+  });
+  WeightManifest m = manifest_of(*set, publisher_->key());
+  m.device_checksum = detail::weights::SetBuilder::device_image(*set)->checksum;
+  return m;
 }
 
 void chain_broadcast(const ActorRef<WeightStore>& publisher, const std::vector<ActorRef<WeightStore>>& relays,

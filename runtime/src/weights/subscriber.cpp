@@ -109,6 +109,20 @@ void check_entries(const WeightManifest& m) {
   }
 }
 
+// WS-1 for a version in device memory: its `total` bytes at `data` hashed (one device-to-host
+// pass) against the publisher's checksum of the decoded image.
+void check_on_device(const void* data, std::size_t total, int device, const WeightManifest& m) {
+  std::vector<char> bytes(total);
+  std::string error;
+  if (!detail::weights::gpu::copy_to_host(data, total, bytes.data(), device, &error)) {
+    fail(WeightError::Kind::Transfer, "device check: " + error);
+  }
+  if (weight_checksum(bytes.data(), total) != m.device_checksum) {
+    fail(WeightError::Kind::Checksum, "version " + std::to_string(m.version) + " on device " + std::to_string(device) +
+                                          " does not match its checksum");
+  }
+}
+
 }  // namespace
 
 WeightSubscriber::WeightSubscriber(std::vector<ActorRef<WeightStore>> sources, SubscriberOptions opts)
@@ -123,7 +137,21 @@ WeightSubscriber::WeightSubscriber(std::vector<ActorRef<WeightStore>> sources, S
     if (!uuid) throw std::invalid_argument("WeightSubscriber: device " + std::to_string(opts_.device) + ": " + error);
     device_uuid_.assign(uuid->begin(), uuid->end());
   }
+  if (!opts_.nccl_group.empty()) {
+    std::string error;
+    if (opts_.device < 0) throw std::invalid_argument("WeightSubscriber: nccl_group needs a device");
+    if (opts_.nccl_group_size < 2) throw std::invalid_argument("WeightSubscriber: nccl_group_size must be at least 2");
+    if (opts_.nccl_timeout.count() <= 0) throw std::invalid_argument("WeightSubscriber: nccl_timeout must be positive");
+    if (!detail::weights::gpu::NcclBroadcaster::available(&error)) throw std::invalid_argument("WeightSubscriber: " + error);
+    group_ = std::make_unique<GroupMember>();
+  }
 }
+
+struct WeightSubscriber::GroupMember {
+  std::unique_ptr<detail::weights::gpu::NcclBroadcaster> comm;   // null: not joined (or broken)
+  std::uint64_t epoch = 0;
+  Clock::time_point retry_after{};
+};
 
 WeightSubscriber::~WeightSubscriber() = default;
 
@@ -148,6 +176,9 @@ WeightSetPtr WeightSubscriber::update(std::uint64_t version) {
 }
 
 WeightSetPtr WeightSubscriber::pull(std::uint64_t version) {
+  if (group_) {
+    if (auto set = pull_group(version)) return set;
+  }
   // A parent relay may not have the version (yet), or may be going away: the next source (the
   // publisher last) is asked then too. NotFound only when no source has it.
   std::string errors;
@@ -297,20 +328,64 @@ WeightSetPtr WeightSubscriber::import_device(const WeightManifest& m, const Acto
     data = buf->data();
     keep = std::move(buf);
   }
-  if (opts_.verify_mapped) {
-    std::vector<char> bytes(total);
-    if (!gpu::copy_to_host(data, total, bytes.data(), opts_.device, &error)) {
-      fail(WeightError::Kind::Transfer, "device check: " + error);
-    }
-    if (weight_checksum(bytes.data(), total) != m.device_checksum) {
-      fail(WeightError::Kind::Checksum, "version " + std::to_string(m.version) + " on device " +
-                                            std::to_string(opts_.device) + " does not match its checksum");
-    }
-  }
+  if (opts_.verify_mapped) check_on_device(data, total, opts_.device, m);
   if (opts_.on_progress) opts_.on_progress(m.wire_bytes, m.wire_bytes);
   return detail::weights::SetBuilder::on_device(m.version, m.checksum, m.entries,
                                                 static_cast<WireCompression>(m.compression), data, opts_.device,
                                                 std::move(keep));
+}
+
+WeightSetPtr WeightSubscriber::pull_group(std::uint64_t version) {
+  namespace gpu = detail::weights::gpu;
+  auto& g = *group_;
+  const auto& store = sources_.back();
+  const auto timeout = opts_.nccl_timeout;
+  auto give_up = [&](const std::string& why, bool rejoin_now) -> WeightSetPtr {
+    spdlog::warn("weights: NCCL group {}: {}; pulling by the other paths", opts_.nccl_group, why);
+    g.comm.reset();   // aborted or left: a later pull forms the group anew
+    g.retry_after = rejoin_now ? Clock::time_point{} : Clock::now() + opts_.nccl_retry;
+    return nullptr;
+  };
+  if (!g.comm || g.comm->broken()) {
+    if (Clock::now() < g.retry_after) return nullptr;
+    auto seat = store.with_timeout(timeout)
+                    .call(&WeightStore::group_join, opts_.nccl_group, std::int32_t(opts_.nccl_group_size), id_,
+                          std::int64_t(timeout.count()))
+                    .result();
+    if (!seat.ok()) return give_up("joining: " + seat.error().to_string(), false);
+    const auto& s = seat.value();
+    std::array<char, 128> id{};
+    if (s.id.size() != id.size() || s.rank < 1 || s.rank >= s.size) return give_up("the store's seat is malformed", false);
+    std::copy(s.id.begin(), s.id.end(), id.begin());
+    std::string error;
+    g.comm = gpu::NcclBroadcaster::create(id, s.rank, s.size, opts_.device, timeout, &error);
+    if (!g.comm) return give_up("joining as rank " + std::to_string(s.rank) + ": " + error, false);
+    g.epoch = s.epoch;
+  }
+  auto reply = store.with_timeout(timeout)
+                   .call(&WeightStore::group_pull, opts_.nccl_group, g.epoch, version, id_)
+                   .result();
+  if (!reply.ok()) {
+    const auto& msg = reply.error().message;
+    // NotFound: the other paths say so for every source. A group formed anew: join it at once.
+    return give_up("asking: " + reply.error().to_string(), msg.find("join again") != std::string::npos);
+  }
+  WeightManifest m = std::move(reply).value();
+  check_entries(m);
+  std::size_t total = 0;
+  (void)detail::weights::SetBuilder::offsets(m.entries, &total);
+  std::string error;
+  std::shared_ptr<gpu::DeviceBuffer> buf = gpu::DeviceBuffer::allocate(total, opts_.device, &error);
+  if (!buf) fail(WeightError::Kind::Transfer, "device buffer: " + error);   // the other paths would need one too
+  if (!g.comm->broadcast(buf->data(), total, 0, 0, timeout, &error)) {
+    return give_up("receiving version " + std::to_string(m.version) + ": " + error, false);
+  }
+  if (opts_.verify_mapped) check_on_device(buf->data(), total, opts_.device, m);
+  if (opts_.on_progress) opts_.on_progress(m.wire_bytes, m.wire_bytes);
+  void* data = buf->data();
+  return detail::weights::SetBuilder::on_device(m.version, m.checksum, m.entries,
+                                                static_cast<WireCompression>(m.compression), data, opts_.device,
+                                                std::move(buf));
 }
 
 }  // namespace troupe
