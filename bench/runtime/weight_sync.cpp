@@ -10,6 +10,7 @@
 //              "chain" (chain_broadcast: each relay serves its child bucket by bucket as it lands)
 // Memory on small machines: 2 GiB copies run with 1 receiver only ("note" in their entries).
 //   --sizes-mib 64,512,2048   --reps N (timed repetitions after one warm-up, best kept)
+//   --only inproc,map,copy,tree,chain   the rows to run (all by default; for profiling one path)
 //   --device D   instead of the CPU paths, the GPU path on CUDA device D (bench/device/weight_sync.sh):
 //                "same_gpu", a publisher mirroring each version on D and receivers in other worker
 //                processes taking it by CUDA IPC, "mode" "in_place" or "copy" (device to device);
@@ -290,7 +291,9 @@ int main(int argc, char** argv) {
   troupe::Runtime& rt = *rt_slot;
   std::vector<std::size_t> sizes = {64 * kMiB, 512 * kMiB, 2048 * kMiB};
   int device = -1;
+  std::string only = "inproc,map,copy,tree,chain";
   for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], "--only") == 0) only = argv[i + 1];
     if (std::strcmp(argv[i], "--reps") == 0) g_reps = std::max(1, std::atoi(argv[i + 1]));
     if (std::strcmp(argv[i], "--sizes-mib") == 0) {
       sizes.clear();
@@ -300,23 +303,26 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--device") == 0) device = std::atoi(argv[i + 1]);
   }
   if (device >= 0) return gpu_main(rt, device, sizes);
+  auto runs = [&](const std::string& row) { return ("," + only + ",").find("," + row + ",") != std::string::npos; };
   nlohmann::json results = nlohmann::json::array();
   std::vector<double> mc;
   for (auto bytes : sizes) {
     mc.push_back(memcpy_gbps(bytes));
-    for (int n : receiver_counts(bytes)) results.push_back(entry("inproc", bytes, n, inproc(rt, bytes, n), mc.back()));
+    for (int n : runs("inproc") ? receiver_counts(bytes) : std::vector<int>{}) {
+      results.push_back(entry("inproc", bytes, n, inproc(rt, bytes, n), mc.back()));
+    }
     auto opts = troupe::Options{}.process(true);
-    for (int n : receiver_counts(bytes, false)) {
+    for (int n : runs("map") ? receiver_counts(bytes, false) : std::vector<int>{}) {
       results.push_back(rounds_entry("same_host", bytes, n, broadcast(rt, opts, opts, bytes, n, Fanout::kDirect, true), mc.back(), "map"));
       std::cerr << results.back().dump() << "\n";
     }
-    for (int n : receiver_counts(bytes)) {
+    for (int n : runs("copy") ? receiver_counts(bytes) : std::vector<int>{}) {
       results.push_back(rounds_entry("same_host", bytes, n, broadcast(rt, opts, opts, bytes, n, Fanout::kDirect, false), mc.back(), "copy"));
       std::cerr << results.back().dump() << "\n";
     }
   }
   rt_slot.reset();   // one runtime per process at a time
-  {
+  if (runs("tree") || runs("chain")) {
     ::setenv("UCX_TLS", "tcp,self", 1);   // the daemons' workers inherit it: UCX over TCP loopback
     itest::Cluster cluster("CPU=2");
     cluster.add_node("CPU=2,node_a=1");
@@ -330,10 +336,11 @@ int main(int argc, char** argv) {
     auto recv_opts = troupe::Options{}.resources("node_b=1");
     for (std::size_t i = 0; i < sizes.size(); ++i) {
       for (int n : receiver_counts(sizes[i])) {
-        results.push_back(rounds_entry("cross_node", sizes[i], n, broadcast(crt, pub_opts, recv_opts, sizes[i], n, Fanout::kTree), mc[i], "tree"));
-        std::cerr << results.back().dump() << "\n";
-        results.push_back(rounds_entry("cross_node", sizes[i], n, broadcast(crt, pub_opts, recv_opts, sizes[i], n, Fanout::kChain), mc[i], "chain"));
-        std::cerr << results.back().dump() << "\n";
+        for (auto [fanout, mode] : {std::pair{Fanout::kTree, "tree"}, std::pair{Fanout::kChain, "chain"}}) {
+          if (!runs(mode)) continue;
+          results.push_back(rounds_entry("cross_node", sizes[i], n, broadcast(crt, pub_opts, recv_opts, sizes[i], n, fanout), mc[i], mode));
+          std::cerr << results.back().dump() << "\n";
+        }
       }
     }
   }
