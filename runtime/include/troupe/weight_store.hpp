@@ -173,8 +173,8 @@ class WeightStore {
 
  private:
   struct Stream;
-  // follow() and follow_async(): one pull at a time, on the stream's thread.
-  void start_pull(std::vector<ActorRef<WeightStore>> sources, std::uint64_t version);
+  // follow() and follow_async(): one pull at a time, on this thread (`here`) or the stream's.
+  void start_pull(std::vector<ActorRef<WeightStore>> sources, std::uint64_t version, bool here);
   WeightManifest streaming_manifest(const WeightManifest& arriving, const TensorView& wire,
                                     const std::string& subscriber, std::uint64_t have);
 

@@ -204,18 +204,17 @@ void WeightStore::release(std::uint64_t version, std::string subscriber) {
 
 void WeightStore::follow_async(std::vector<ActorRef<WeightStore>> sources, std::uint64_t version) {
   if (version == kLatestVersion) throw std::invalid_argument("follow_async: name the version");
-  start_pull(std::move(sources), version);
+  start_pull(std::move(sources), version, false);
 }
 
 std::uint64_t WeightStore::follow(std::vector<ActorRef<WeightStore>> sources, std::uint64_t version) {
-  start_pull(std::move(sources), version);
-  stream_->worker.join();
+  start_pull(std::move(sources), version, true);
   std::lock_guard lock(stream_->mu);
   if (!stream_->error.empty()) throw WeightError(stream_->error_kind, stream_->error);
   return stream_->pulled_checksum;
 }
 
-void WeightStore::start_pull(std::vector<ActorRef<WeightStore>> sources, std::uint64_t version) {
+void WeightStore::start_pull(std::vector<ActorRef<WeightStore>> sources, std::uint64_t version, bool here) {
   auto st = stream_;
   if (st->worker.joinable()) st->worker.join();
   std::vector<std::uint64_t> ids;
@@ -258,21 +257,23 @@ void WeightStore::start_pull(std::vector<ActorRef<WeightStore>> sources, std::ui
     st->wire = {};   // children's exposed regions keep the buffer while they pull
     st->changed.notify_all();
   };
+  auto pull = [this, st, version, finish] {
+    try {
+      auto set = st->sub->update(version);
+      auto mine = publisher_->latest();
+      if (!mine || mine->version() < set->version()) publisher_->adopt(set);
+      finish("", WeightError::Kind::Transfer, set->checksum());
+    } catch (const WeightError& e) {
+      finish(e.what(), e.kind(), 0);
+    } catch (const std::exception& e) {
+      finish(e.what(), WeightError::Kind::Transfer, 0);
+    } catch (...) {
+      finish("unknown exception", WeightError::Kind::Transfer, 0);
+    }
+  };
+  if (here) return pull();   // follow(): no thread to start and join for a pull it waits for anyway
   try {
-    st->worker = std::thread([this, st, version, finish] {
-      try {
-        auto set = st->sub->update(version);
-        auto mine = publisher_->latest();
-        if (!mine || mine->version() < set->version()) publisher_->adopt(set);
-        finish("", WeightError::Kind::Transfer, set->checksum());
-      } catch (const WeightError& e) {
-        finish(e.what(), e.kind(), 0);
-      } catch (const std::exception& e) {
-        finish(e.what(), WeightError::Kind::Transfer, 0);
-      } catch (...) {
-        finish("unknown exception", WeightError::Kind::Transfer, 0);
-      }
-    });
+    st->worker = std::thread(pull);
   } catch (const std::exception& e) {
     finish(e.what(), WeightError::Kind::Transfer, 0);
     throw;
