@@ -29,6 +29,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../../tests/integration/cluster_harness.hpp"
@@ -234,6 +235,10 @@ std::vector<double> nccl_group(troupe::Runtime& rt, std::size_t bytes, int recei
       if (fs[i].get() != gpus[i]) throw std::runtime_error("nccl_group: a receiver's set is not on its GPU");
     }
     double s = since(t0);
+    // The store counts a broadcast once its side is done, which may be just after the receivers'.
+    for (int i = 0; i < 100 && pub.call(&WeightStore::stats).get().group_broadcasts != sent + 1; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     if (pub.call(&WeightStore::stats).get().group_broadcasts != sent + 1) {
       throw std::runtime_error("nccl_group: the version did not go by the group's broadcast (see the log)");
     }

@@ -1,5 +1,6 @@
 // The weight store in one process: publish/pull, the no-copy path, atomic swap under readers,
-// version freeing (WS-2), the copy path's checksum (WS-1), wire compression bounds and the device path.
+// version freeing (WS-2), the copy path's checksum (WS-1), wire compression bounds, the device path
+// and how an NCCL group's members gather.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -10,6 +11,7 @@
 #include "troupe/troupe.hpp"
 #include "troupe/weights.hpp"
 #include "weights/gpu_sync.hpp"
+#include "weights/nccl_group.hpp"
 
 using namespace std::chrono_literals;
 using troupe::NamedTensor;
@@ -264,4 +266,24 @@ TEST_CASE("weight device path: a device the build or machine lacks is refused, a
       CHECK(std::memcmp(back.data(), t.tensor.data, back.size()) == 0);
     }
   }
+}
+
+TEST_CASE("weight NCCL groups gather: formed once every member is asking together; one that stopped asking has gone") {
+  using troupe::detail::weights::Forming;
+  const auto t0 = Forming::Clock::now();
+  Forming three(3, 2s);   // the store and two members
+  CHECK_FALSE(three.arrive("b", t0));
+  CHECK_FALSE(three.arrive("b", t0 + 1ms));   // asking again is one member still
+  CHECK(three.arrive("a", t0 + 2ms));
+  CHECK(three.members() == std::vector<std::string>{"a", "b"});   // rank order: 1 = "a", 2 = "b"
+
+  Forming late(3, 2s);
+  CHECK_FALSE(late.arrive("a", t0));
+  CHECK_FALSE(late.arrive("b", t0 + 3s));   // "a" stopped asking 3 s ago: gone, not counted
+  CHECK(late.members() == std::vector<std::string>{"b"});
+  CHECK(late.arrive("c", t0 + 4s));
+  CHECK(late.members() == std::vector<std::string>{"b", "c"});
+
+  Forming pair(2, 2s);   // one member forms a group with the store at once
+  CHECK(pair.arrive("x", t0));
 }

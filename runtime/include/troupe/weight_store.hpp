@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -20,7 +19,7 @@
 
 namespace troupe {
 
-namespace detail::weights { class BufferPool; class GroupRoot; }
+namespace detail::weights { class BufferPool; class GroupTable; }
 class WeightStore;
 
 struct SubscriberOptions {
@@ -52,8 +51,10 @@ struct SubscriberOptions {
   // NCCL refuses two ranks on one GPU. Every member's pull takes part in a broadcast, and the store
   // broadcasts a version once all members have asked for it, so the members pull together (as in
   // an RL step's weight sync). Joining and each broadcast wait at most `nccl_timeout` for the
-  // others. When the group cannot form or a broadcast fails, the pull goes on by the paths above,
-  // and the group is formed anew by a pull at least `nccl_retry` later. The constructor throws
+  // others (a broadcast: from this member's ask). When the group cannot form or a broadcast fails,
+  // the pull goes on by the paths above, and the group is formed anew by a pull at least
+  // `nccl_retry` later; a pull whose version the group is not broadcasting (NotFound, another
+  // round's) goes by the other paths too, staying in the group. The constructor throws
   // std::invalid_argument without `device`, with a size below 2, or where NCCL cannot be loaded.
   std::string nccl_group;
   int nccl_group_size = 0;
@@ -78,7 +79,8 @@ class WeightSubscriber {
   ~WeightSubscriber();
 
   // Version `version` (kLatestVersion: the newest), fetched and checked, without swapping it in.
-  // Returns current() when that already is the version asked for. Sources are tried in order
+  // Returns current() when that already is the version asked for (except in an NCCL group, where
+  // every pull takes part in a broadcast). Sources are tried in order
   // until one delivers. Throws WeightError: NotFound (no source has it), Checksum (WS-1: nothing
   // was swapped), Transfer (every source failed).
   WeightSetPtr pull(std::uint64_t version = kLatestVersion);
@@ -156,11 +158,13 @@ class WeightStore {
 
   // NCCL group broadcast (GPU builds; this store mirrors its versions on a GPU, the fourth
   // constructor argument). The store is rank 0 of group `group` of `size` GPUs; each subscriber
-  // with SubscriberOptions::nccl_group takes a seat (rank 1 .. size-1) and joins the communicator
-  // with the returned id; the store joins on a thread of its own, waiting up to `timeout_ms` for
-  // the others. A member that joins again, a full group or another size forms the group anew (a
-  // new epoch). Throws std::invalid_argument without a device mirror or with size < 2,
-  // std::runtime_error when NCCL cannot be loaded.
+  // with SubscriberOptions::nccl_group calls this until its seat is `ready`: the group is formed
+  // once size-1 members are asking together (one that stopped asking for 2 s has gone). Then each
+  // joins the communicator with the seat's id and rank, and the store joins on a thread of its
+  // own; every wait of the group's is bounded by `timeout_ms`. A member joining again (its
+  // communicator failed), a new member or another size gathers the group anew (a new epoch).
+  // Throws std::invalid_argument without a device mirror or with size < 2, std::runtime_error
+  // when NCCL cannot be loaded.
   GroupSeat group_join(std::string group, std::int32_t size, std::string member, std::int64_t timeout_ms);
   // A member asks for `version` by broadcast: once every member of the group has asked, the store
   // broadcasts the version's device image, and each member receives it with ncclBroadcast. Returns
@@ -181,9 +185,8 @@ class WeightStore {
   std::shared_ptr<WeightPublisher> publisher_;
   bool relay_maps_ = false;
   std::shared_ptr<Stream> stream_;            // a relay's pull and what it serves meanwhile
-  std::map<std::string, std::unique_ptr<detail::weights::GroupRoot>> groups_;   // NCCL groups by name
-  std::uint64_t group_epochs_ = 0;
   std::shared_ptr<std::atomic<std::uint64_t>> group_broadcasts_ = std::make_shared<std::atomic<std::uint64_t>>(0);
+  std::unique_ptr<detail::weights::GroupTable> groups_;   // NCCL groups, made on the first group_join
 };
 
 // Sends `version` (published at `publisher`) down a chain: relays[0] follows the publisher,

@@ -117,14 +117,15 @@ struct FollowState {
   MSGPACK_DEFINE(version, landed, total, complete, generation);
 };
 
-// WeightStore::group_join's answer: the NCCL id of the store's group, the caller's rank in it
-// (the store is rank 0) and the group's epoch (a group formed anew has a new one).
+// WeightStore::group_join's answer: once the group is formed (`ready`), its NCCL id, the caller's
+// rank in it (the store is rank 0) and the group's epoch (a group formed anew has a new one).
 struct GroupSeat {
+  bool ready = false;               // false: the other members are not all here yet; ask again
   std::vector<char> id;             // ncclUniqueId, 128 bytes
   std::int32_t rank = 0;
   std::int32_t size = 0;
   std::uint64_t epoch = 0;
-  MSGPACK_DEFINE(id, rank, size, epoch);
+  MSGPACK_DEFINE(ready, id, rank, size, epoch);
 };
 
 // The 64-bit checksum of a version's wire image: XXH64 of each 1 MiB chunk (seed = chunk

@@ -2,20 +2,40 @@
 
 #include <spdlog/spdlog.h>
 
-#include "troupe/weight_types.hpp"
+#include <algorithm>
+
 #include "weights/gpu_sync.hpp"
 #include "weights/set_builder.hpp"
 
 namespace troupe::detail::weights {
 namespace {
 
+// A gathering member polls every few milliseconds; one not seen for this long has gone.
+constexpr auto kGatherStale = std::chrono::seconds(2);
+
 [[noreturn]] void transfer(const std::string& why) { throw WeightError(WeightError::Kind::Transfer, "Transfer: " + why); }
 
 }  // namespace
 
-GroupRoot::GroupRoot(std::string name, int size, int device, std::chrono::milliseconds timeout, std::uint64_t epoch,
-                     std::shared_ptr<std::atomic<std::uint64_t>> broadcasts)
-    : name_(std::move(name)), size_(size), device_(device), timeout_(timeout), epoch_(epoch),
+// ---- Forming ---------------------------------------------------------------------------------
+
+bool Forming::arrive(const std::string& member, Clock::time_point now) {
+  for (auto it = seen_.begin(); it != seen_.end();) it = now - it->second > stale_ ? seen_.erase(it) : std::next(it);
+  seen_[member] = now;
+  return int(seen_.size()) >= size_ - 1;
+}
+
+std::vector<std::string> Forming::members() const {
+  std::vector<std::string> out;
+  for (const auto& [m, t] : seen_) out.push_back(m);
+  return out;
+}
+
+// ---- GroupRoot -------------------------------------------------------------------------------
+
+GroupRoot::GroupRoot(std::string name, int device, std::vector<std::string> members, std::chrono::milliseconds timeout,
+                     std::uint64_t epoch, std::shared_ptr<std::atomic<std::uint64_t>> broadcasts)
+    : name_(std::move(name)), device_(device), members_(std::move(members)), timeout_(timeout), epoch_(epoch),
       broadcasts_(std::move(broadcasts)) {
   std::string error;
   auto id = gpu::NcclBroadcaster::make_id(&error);
@@ -33,18 +53,18 @@ GroupRoot::~GroupRoot() {
   thread_.join();
 }
 
-int GroupRoot::seat(const std::string& member) {
+int GroupRoot::claim(const std::string& member) {
   std::lock_guard lock(mu_);
-  if (!broken_.empty() || int(seated_.size()) >= size_ - 1 || seated_.count(member)) return 0;
-  seated_.insert(member);
-  return int(seated_.size());
+  auto it = std::find(members_.begin(), members_.end(), member);
+  if (it == members_.end() || !claimed_.insert(member).second) return 0;
+  return int(it - members_.begin()) + 1;
 }
 
 WeightSetPtr GroupRoot::ask(const std::string& member, std::uint64_t version,
                             const std::function<WeightSetPtr(std::uint64_t)>& resolve) {
   std::lock_guard lock(mu_);
-  if (!broken_.empty()) transfer("NCCL group " + name_ + " is broken: " + broken_);
-  if (!seated_.count(member)) transfer("not a member of NCCL group " + name_ + " (epoch " + std::to_string(epoch_) + ")");
+  if (!broken_.empty()) transfer("NCCL group " + name_ + " is broken: " + broken_ + ": join again");
+  if (!claimed_.count(member)) transfer("not a member of NCCL group " + name_ + " (epoch " + std::to_string(epoch_) + "): join again");
   if (!round_) {
     auto set = resolve(version);   // throws NotFound
     if (SetBuilder::device_image(*set) == nullptr) transfer("version " + std::to_string(set->version()) + " has no device mirror");
@@ -66,7 +86,7 @@ std::string GroupRoot::broken() const {
 }
 
 void GroupRoot::fail_locked(const std::string& why) {
-  if (broken_.empty()) spdlog::warn("weights: NCCL group {} (epoch {}) broken: {}", name_, epoch_, why);
+  if (!stop_) spdlog::warn("weights: NCCL group {} (epoch {}) broken: {}", name_, epoch_, why);
   broken_ = why;
   round_.reset();
   changed_.notify_all();
@@ -74,19 +94,19 @@ void GroupRoot::fail_locked(const std::string& why) {
 
 void GroupRoot::run() {
   std::string error;
-  auto comm = gpu::NcclBroadcaster::create(id_, 0, size_, device_, timeout_, &error, &stop_);
+  auto comm = gpu::NcclBroadcaster::create(id_, 0, size(), device_, timeout_, &error, &stop_);
   std::unique_lock lock(mu_);
   if (!comm) return fail_locked("forming the group: " + error);
   for (;;) {
-    const bool waiting = changed_.wait_for(lock, std::chrono::milliseconds(100), [&] {
-      return stop_.load() || (round_ && int(asked_.size()) >= size_ - 1);
+    const bool full = changed_.wait_for(lock, std::chrono::milliseconds(100), [&] {
+      return stop_.load() || (round_ && asked_.size() >= members_.size());
     });
-    if (stop_) return comm->abort();   // a healthy communicator's finalize would wait for the members
-    if (!waiting) {
+    if (stop_) break;
+    if (!full) {
       if (round_ && std::chrono::steady_clock::now() - opened_ > timeout_) {
-        comm->abort();   // members already receiving then fail at their own deadline
-        return fail_locked("members did not all ask for version " + std::to_string(round_->version()) + " within " +
-                           std::to_string(timeout_.count()) + " ms");
+        fail_locked("members did not all ask for version " + std::to_string(round_->version()) + " within " +
+                    std::to_string(timeout_.count()) + " ms");
+        break;   // members already receiving fail at their own deadline
       }
       continue;
     }
@@ -100,6 +120,54 @@ void GroupRoot::run() {
     if (!sent) return fail_locked("broadcasting version " + std::to_string(set->version()) + ": " + error);
     broadcasts_->fetch_add(1);
   }
+  lock.unlock();   // askers see the group broken at once, not after the abort
+  comm->abort();
+}
+
+// ---- GroupTable ------------------------------------------------------------------------------
+
+GroupTable::~GroupTable() {
+  for (auto& [name, e] : groups_) retire(std::move(e.root));
+  for (auto& f : retiring_) f.wait();
+}
+
+void GroupTable::retire(std::unique_ptr<GroupRoot> root) {
+  std::erase_if(retiring_, [](std::future<void>& f) {
+    return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  });
+  if (!root) return;
+  retiring_.push_back(std::async(std::launch::async, [r = std::move(root)]() mutable { r.reset(); }));
+}
+
+GroupSeat GroupTable::join(const std::string& group, int size, const std::string& member,
+                           std::chrono::milliseconds timeout) {
+  auto& e = groups_[group];
+  GroupSeat seat;
+  seat.size = size;
+  if (e.root) {
+    if (e.root->size() == size && e.root->broken().empty()) {
+      if (int rank = e.root->claim(member)) {   // formed with this member: its seat
+        seat.id.assign(e.root->id().begin(), e.root->id().end());
+        seat.rank = rank;
+        seat.epoch = e.root->epoch();
+        seat.ready = true;
+        return seat;
+      }
+    }
+    // Broken, resized, or a member joining again or anew: the group is gathered anew.
+    retire(std::move(e.root));
+  }
+  if (!e.forming || e.forming->size() != size) e.forming.emplace(size, kGatherStale);
+  if (!e.forming->arrive(member, Forming::Clock::now())) return seat;   // not all here yet
+  auto members = e.forming->members();
+  e.forming.reset();
+  e.root = std::make_unique<GroupRoot>(group, device_, std::move(members), timeout, ++epochs_, broadcasts_);
+  return join(group, size, member, timeout);   // its seat in the group just formed
+}
+
+GroupRoot* GroupTable::find(const std::string& group, std::uint64_t epoch) {
+  auto it = groups_.find(group);
+  return it != groups_.end() && it->second.root && it->second.root->epoch() == epoch ? it->second.root.get() : nullptr;
 }
 
 }  // namespace troupe::detail::weights

@@ -1,17 +1,20 @@
-// The root side of a WeightStore's NCCL group (WeightStore::group_join / group_pull): rank 0 of a
-// communicator over the store's GPU and its members' GPUs, which broadcasts a version's device
-// image once every member has asked for it.
+// The store side of NCCL group broadcasts (WeightStore::group_join / group_pull).
 //
-// Rounds: the first member to ask names the round's version (a named one, or the latest then);
-// the others must ask for the same one (or "latest"). When all size-1 members have asked, the
-// group's thread broadcasts the version from the publisher's device mirror while the members
-// receive it into buffers of their own; meanwhile the next round may start. A round that does not
-// fill within the timeout, a broadcast that fails, or NCCL refusing the group (two ranks on one
-// GPU) breaks the group for good: every later ask fails with the reason, and members form a new
-// group (group_join) on a later pull, falling back to the store's other paths until then.
+// Forming: members poll group_join; a group is formed (its NCCL id made, its seats given) only
+// once size-1 members are present together, so that no rank waits alone in NCCL's join, and NCCL
+// resources are spent only on groups that can complete. A member not seen for a while has gone
+// (died, or fell back to the store's other paths) and is dropped from the gathering.
 //
-// Thread safety: every method may be called from any thread (the store's actor thread); the
-// group's own thread joins the communicator and runs the broadcasts.
+// GroupRoot: rank 0 of a formed group, on the store's GPU. Rounds: the first member to ask names
+// the round's version (a named one, or the latest then); the others must ask for the same one (or
+// "latest"). When all size-1 members have asked, the group's thread broadcasts the version from
+// the publisher's device mirror while the members receive it into buffers of their own; the next
+// round may open meanwhile. A round that does not fill within the timeout, a broadcast that fails,
+// or NCCL refusing the group (two ranks on one GPU) breaks the group for good: every later ask
+// fails with the reason, and the members gather anew.
+//
+// GroupTable: a store's groups by name, used on the store's actor thread only. Groups it replaces
+// are destroyed on threads of their own, since aborting an NCCL communicator blocks.
 #pragma once
 
 #include <array>
@@ -20,33 +23,57 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <future>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "troupe/weight_set.hpp"
+#include "troupe/weight_types.hpp"
 
 namespace troupe::detail::weights {
 
+// Members gathering to form a group of `size` ranks (the store and size-1 members). Bookkeeping
+// only, no NCCL.
+class Forming {
+ public:
+  using Clock = std::chrono::steady_clock;
+  Forming(int size, std::chrono::milliseconds stale) : size_(size), stale_(stale) {}
+  int size() const { return size_; }
+  // `member` is here at `now`; members not seen for `stale` are dropped first. True once size-1
+  // members are present.
+  bool arrive(const std::string& member, Clock::time_point now);
+  // The members present, in rank order (rank = index + 1).
+  std::vector<std::string> members() const;
+
+ private:
+  int size_;
+  std::chrono::milliseconds stale_;
+  std::map<std::string, Clock::time_point> seen_;
+};
+
 class GroupRoot {
  public:
-  // Makes the group's NCCL id and starts its thread, which joins as rank 0 on `device`.
-  // `broadcasts` counts the broadcasts completed (shared with the store's stats). Throws
-  // std::runtime_error when NCCL cannot be used here.
-  GroupRoot(std::string name, int size, int device, std::chrono::milliseconds timeout, std::uint64_t epoch,
-            std::shared_ptr<std::atomic<std::uint64_t>> broadcasts);
-  ~GroupRoot();   // stops the thread, aborting a join or broadcast in flight
+  // Makes the group's NCCL id, seats `members` (rank = index + 1) and starts its thread, which
+  // joins as rank 0 on `device`. `broadcasts` counts the broadcasts completed (the store's stats).
+  // Throws std::runtime_error when NCCL cannot be used here.
+  GroupRoot(std::string name, int device, std::vector<std::string> members, std::chrono::milliseconds timeout,
+            std::uint64_t epoch, std::shared_ptr<std::atomic<std::uint64_t>> broadcasts);
+  ~GroupRoot();   // stops the thread, aborting a join or broadcast in flight (blocks while NCCL aborts)
   GroupRoot(const GroupRoot&) = delete;
   GroupRoot& operator=(const GroupRoot&) = delete;
 
   const std::array<char, 128>& id() const { return id_; }
   std::uint64_t epoch() const { return epoch_; }
-  int size() const { return size_; }
-  // A seat for `member`: its rank (1 .. size-1), or 0 when every seat is taken or `member` has one
-  // already (it is joining again: the caller forms a new group).
-  int seat(const std::string& member);
+  int size() const { return int(members_.size()) + 1; }
+  // `member`'s rank the first time it claims its seat; 0 when it has no seat or claimed it before
+  // (it is joining again: the group must be formed anew).
+  int claim(const std::string& member);
   // `member` asks for `version` (kLatestVersion: whatever the round is on, or the latest when it
   // opens the round); `resolve` finds a published version. Returns the round's set, whose device
   // image the member must now receive. Throws WeightError: Transfer (the group is broken, the
@@ -60,7 +87,8 @@ class GroupRoot {
   void fail_locked(const std::string& why);
 
   const std::string name_;
-  const int size_, device_;
+  const int device_;
+  const std::vector<std::string> members_;
   const std::chrono::milliseconds timeout_;
   const std::uint64_t epoch_;
   std::array<char, 128> id_{};
@@ -69,12 +97,37 @@ class GroupRoot {
 
   mutable std::mutex mu_;
   std::condition_variable changed_;
-  std::set<std::string> seated_;
+  std::set<std::string> claimed_;
   WeightSetPtr round_;                       // the version of the open round
   std::set<std::string> asked_;              // members that asked for it
   std::chrono::steady_clock::time_point opened_;
   std::string broken_;
   std::thread thread_;
+};
+
+class GroupTable {
+ public:
+  GroupTable(int device, std::shared_ptr<std::atomic<std::uint64_t>> broadcasts)
+      : device_(device), broadcasts_(std::move(broadcasts)) {}
+  ~GroupTable();   // waits for replaced groups to finish aborting
+  // WeightStore::group_join: `member` is here to join `group` of `size` ranks. Its seat once the
+  // group is formed (ready), else a seat with ready = false: poll again.
+  GroupSeat join(const std::string& group, int size, const std::string& member, std::chrono::milliseconds timeout);
+  // The formed group `group` of `epoch`; nullptr when it is gone (replaced or never formed).
+  GroupRoot* find(const std::string& group, std::uint64_t epoch);
+
+ private:
+  void retire(std::unique_ptr<GroupRoot> root);
+
+  struct Entry {
+    std::unique_ptr<GroupRoot> root;
+    std::optional<Forming> forming;
+  };
+  const int device_;
+  std::shared_ptr<std::atomic<std::uint64_t>> broadcasts_;
+  std::map<std::string, Entry> groups_;
+  std::uint64_t epochs_ = 0;
+  std::vector<std::future<void>> retiring_;
 };
 
 }  // namespace troupe::detail::weights

@@ -318,27 +318,18 @@ GroupSeat WeightStore::group_join(std::string group, std::int32_t size, std::str
   if (device < 0) throw std::invalid_argument("group_join: this WeightStore mirrors its versions on no GPU");
   if (size < 2) throw std::invalid_argument("group_join: a group needs at least 2 ranks");
   if (timeout_ms <= 0) throw std::invalid_argument("group_join: the timeout must be positive");
-  auto it = groups_.find(group);
-  int rank = it != groups_.end() && it->second->size() == size ? it->second->seat(member) : 0;
-  if (rank == 0) {   // none yet, broken, resized, full, or a member joining again: form it anew
-    if (it != groups_.end()) groups_.erase(it);   // stops the old one's thread (its communicator aborted)
-    auto fresh = std::make_unique<detail::weights::GroupRoot>(group, size, device, std::chrono::milliseconds(timeout_ms),
-                                                              ++group_epochs_, group_broadcasts_);
-    it = groups_.emplace(group, std::move(fresh)).first;
-    rank = it->second->seat(member);
-  }
-  const auto& g = *it->second;
-  return {std::vector<char>(g.id().begin(), g.id().end()), rank, size, g.epoch()};
+  if (!groups_) groups_ = std::make_unique<detail::weights::GroupTable>(device, group_broadcasts_);
+  return groups_->join(group, size, member, std::chrono::milliseconds(timeout_ms));
 }
 
 WeightManifest WeightStore::group_pull(std::string group, std::uint64_t epoch, std::uint64_t version,
                                        std::string member) {
-  auto it = groups_.find(group);
-  if (it == groups_.end() || it->second->epoch() != epoch) {
+  auto* root = groups_ ? groups_->find(group, epoch) : nullptr;
+  if (root == nullptr) {
     throw WeightError(WeightError::Kind::Transfer, "Transfer: NCCL group " + group + " epoch " + std::to_string(epoch) +
                                                        " is gone: join again");
   }
-  auto set = it->second->ask(member, version, [this](std::uint64_t v) {
+  auto set = root->ask(member, version, [this](std::uint64_t v) {
     auto s = publisher_->get(v);
     if (!s) {
       throw WeightError(WeightError::Kind::NotFound,

@@ -125,6 +125,12 @@ void check_on_device(const void* data, std::size_t total, int device, const Weig
 
 }  // namespace
 
+struct WeightSubscriber::GroupMember {
+  std::unique_ptr<detail::weights::gpu::NcclBroadcaster> comm;   // null: not joined (or broken)
+  std::uint64_t epoch = 0;
+  Clock::time_point retry_after{};
+};
+
 WeightSubscriber::WeightSubscriber(std::vector<ActorRef<WeightStore>> sources, SubscriberOptions opts)
     : sources_(std::move(sources)), opts_(std::move(opts)), id_(new_subscriber_id()),
       pool_(std::make_shared<detail::weights::BufferPool>(opts_.idle_buffers)) {
@@ -146,12 +152,6 @@ WeightSubscriber::WeightSubscriber(std::vector<ActorRef<WeightStore>> sources, S
     group_ = std::make_unique<GroupMember>();
   }
 }
-
-struct WeightSubscriber::GroupMember {
-  std::unique_ptr<detail::weights::gpu::NcclBroadcaster> comm;   // null: not joined (or broken)
-  std::uint64_t epoch = 0;
-  Clock::time_point retry_after{};
-};
 
 WeightSubscriber::~WeightSubscriber() = default;
 
@@ -340,45 +340,76 @@ WeightSetPtr WeightSubscriber::pull_group(std::uint64_t version) {
   auto& g = *group_;
   const auto& store = sources_.back();
   const auto timeout = opts_.nccl_timeout;
-  auto give_up = [&](const std::string& why, bool rejoin_now) -> WeightSetPtr {
+  auto give_up = [&](const std::string& why) -> WeightSetPtr {
     spdlog::warn("weights: NCCL group {}: {}; pulling by the other paths", opts_.nccl_group, why);
-    g.comm.reset();   // aborted or left: a later pull forms the group anew
-    g.retry_after = rejoin_now ? Clock::time_point{} : Clock::now() + opts_.nccl_retry;
+    if (g.comm) g.comm->abort();   // ranks still waiting on this one end at their own deadline
+    g.comm.reset();
+    g.retry_after = Clock::now() + opts_.nccl_retry;
     return nullptr;
   };
-  if (!g.comm || g.comm->broken()) {
-    if (Clock::now() < g.retry_after) return nullptr;
-    auto seat = store.with_timeout(timeout)
-                    .call(&WeightStore::group_join, opts_.nccl_group, std::int32_t(opts_.nccl_group_size), id_,
-                          std::int64_t(timeout.count()))
-                    .result();
-    if (!seat.ok()) return give_up("joining: " + seat.error().to_string(), false);
-    const auto& s = seat.value();
-    std::array<char, 128> id{};
-    if (s.id.size() != id.size() || s.rank < 1 || s.rank >= s.size) return give_up("the store's seat is malformed", false);
-    std::copy(s.id.begin(), s.id.end(), id.begin());
-    std::string error;
-    g.comm = gpu::NcclBroadcaster::create(id, s.rank, s.size, opts_.device, timeout, &error);
-    if (!g.comm) return give_up("joining as rank " + std::to_string(s.rank) + ": " + error, false);
-    g.epoch = s.epoch;
+  // Asks for a seat until the group is formed (every member asking), then joins the communicator.
+  // "" once joined, else why not.
+  auto join = [&]() -> std::string {
+    const auto deadline = Clock::now() + timeout;
+    for (;;) {
+      auto seat = store.with_timeout(timeout)
+                      .call(&WeightStore::group_join, opts_.nccl_group, std::int32_t(opts_.nccl_group_size), id_,
+                            std::int64_t(timeout.count()))
+                      .result();
+      if (!seat.ok()) return "joining: " + seat.error().to_string();
+      const auto& s = seat.value();
+      if (s.ready) {
+        std::array<char, 128> id{};
+        if (s.id.size() != id.size() || s.rank < 1 || s.rank >= s.size) return "the store's seat is malformed";
+        std::copy(s.id.begin(), s.id.end(), id.begin());
+        std::string error;
+        g.comm = gpu::NcclBroadcaster::create(id, s.rank, s.size, opts_.device, timeout, &error);
+        if (!g.comm) return "joining as rank " + std::to_string(s.rank) + ": " + error;
+        g.epoch = s.epoch;
+        return "";
+      }
+      if (Clock::now() >= deadline) return "the other members did not all come within " + std::to_string(timeout.count()) + " ms";
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  };
+  WeightManifest m;
+  for (;;) {
+    const bool fresh = !g.comm || g.comm->broken();
+    if (fresh) {
+      if (Clock::now() < g.retry_after) return nullptr;
+      if (auto why = join(); !why.empty()) return give_up(why);
+    }
+    auto reply = store.with_timeout(timeout).call(&WeightStore::group_pull, opts_.nccl_group, g.epoch, version, id_).result();
+    if (reply.ok()) {
+      m = std::move(reply).value();
+      break;
+    }
+    const bool rejoin = reply.error().message.find("join again") != std::string::npos;
+    if (rejoin && !fresh) {   // the group was gathered anew (or broke): join it in this pull
+      g.comm->abort();
+      g.comm.reset();
+      continue;
+    }
+    if (rejoin) return give_up("asking: " + reply.error().to_string());
+    // NotFound (the other paths say so for every source), or a round on another version: this
+    // pull goes by the other paths, and this member stays in the group.
+    spdlog::info("weights: NCCL group {}: {}", opts_.nccl_group, reply.error().to_string());
+    return nullptr;
   }
-  auto reply = store.with_timeout(timeout)
-                   .call(&WeightStore::group_pull, opts_.nccl_group, g.epoch, version, id_)
-                   .result();
-  if (!reply.ok()) {
-    const auto& msg = reply.error().message;
-    // NotFound: the other paths say so for every source. A group formed anew: join it at once.
-    return give_up("asking: " + reply.error().to_string(), msg.find("join again") != std::string::npos);
-  }
-  WeightManifest m = std::move(reply).value();
-  check_entries(m);
+  // Asked: the group's broadcast now counts on this rank, so any failure from here aborts it.
   std::size_t total = 0;
-  (void)detail::weights::SetBuilder::offsets(m.entries, &total);
+  std::shared_ptr<gpu::DeviceBuffer> buf;
   std::string error;
-  std::shared_ptr<gpu::DeviceBuffer> buf = gpu::DeviceBuffer::allocate(total, opts_.device, &error);
-  if (!buf) fail(WeightError::Kind::Transfer, "device buffer: " + error);   // the other paths would need one too
+  try {
+    check_entries(m);
+    (void)detail::weights::SetBuilder::offsets(m.entries, &total);
+    buf = gpu::DeviceBuffer::allocate(total, opts_.device, &error);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (!buf) return give_up("receiving version " + std::to_string(m.version) + ": " + error);
   if (!g.comm->broadcast(buf->data(), total, 0, 0, timeout, &error)) {
-    return give_up("receiving version " + std::to_string(m.version) + ": " + error, false);
+    return give_up("receiving version " + std::to_string(m.version) + ": " + error);
   }
   if (opts_.verify_mapped) check_on_device(buf->data(), total, opts_.device, m);
   if (opts_.on_progress) opts_.on_progress(m.wire_bytes, m.wire_bytes);
