@@ -18,15 +18,40 @@ inline bool cuda_ok(cudaError_t e, std::string* error) {
   return false;
 }
 
-// Makes `device` current on this thread for the guard's life, then restores the caller's device.
+// Whether `device`'s primary context is active in this process (the driver's
+// cuDevicePrimaryCtxGetState, reached through the runtime: no link to libcuda). True when the
+// driver cannot tell.
+inline bool context_active(int device) {
+  using GetState = int (*)(int, unsigned int*, int*);
+  static const GetState get_state = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &fn, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return GetState(nullptr);
+    }
+    return reinterpret_cast<GetState>(fn);
+  }();
+  unsigned int flags = 0;
+  int active = 1;
+  return get_state == nullptr || get_state(device, &flags, &active) != 0 || active != 0;
+}
+
+// Makes `device` current on this thread for the guard's life, then restores the caller's device
+// if the caller used it: a thread on the default device 0 of a process that never used GPU 0 is
+// left on `device`, since making GPU 0 current again would create a context there (hundreds of
+// MB of another process's GPU, a trainer's, say).
 class OnDevice {
  public:
   OnDevice(int device, std::string* error) {
     if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    ok_ = cuda_ok(cudaSetDevice(device), error);
+    ok_ = previous_ == device || cuda_ok(cudaSetDevice(device), error);
+    if (previous_ == device) previous_ = -1;   // nothing to restore
   }
   ~OnDevice() {
-    if (previous_ >= 0) (void)cudaSetDevice(previous_);
+    if (previous_ >= 0 && context_active(previous_)) (void)cudaSetDevice(previous_);
   }
   OnDevice(const OnDevice&) = delete;
   OnDevice& operator=(const OnDevice&) = delete;

@@ -8,7 +8,8 @@
 // Errors: every function returns false / an empty optional / nullptr and fills `error` (the
 // CUDA/NCCL message) instead of throwing; none aborts on a machine without a driver or a device.
 // Thread safety: a NcclBroadcaster is used by one thread at a time; the rest is safe. Every call
-// leaves the calling thread's current device as it found it.
+// leaves the calling thread's current device as it found it, except a thread on the default
+// device 0 in a process that never used GPU 0: it is left on the device used (cuda_status.hpp).
 #pragma once
 
 #include <array>
