@@ -257,7 +257,7 @@ TEST_CASE("weights on a GPU: a worker's device mirror reaches other processes by
   }
 }
 
-TEST_CASE("weights in an NCCL group: each version broadcast to every member's GPU; a dead member, then the other paths") {
+TEST_CASE("weights in an NCCL group: each version broadcast to every member GPU, the other paths once a member dies") {
   namespace gpu = troupe::detail::weights::gpu;
   std::string why;
   const int devices = gpu::device_count(&why);

@@ -268,7 +268,7 @@ TEST_CASE("weight device path: a device the build or machine lacks is refused, a
   }
 }
 
-TEST_CASE("weight NCCL groups gather: formed once every member is asking together; one that stopped asking has gone") {
+TEST_CASE("weight NCCL groups gather: formed once every member is asking together, one that stopped asking has gone") {
   using troupe::detail::weights::Forming;
   const auto t0 = Forming::Clock::now();
   Forming three(3, 2s);   // the store and two members
