@@ -2,6 +2,7 @@
 // copy: from a mapping, chunks copied and hashed in cache on two threads; otherwise bucketed,
 // pipelined UCX gets into a pooled shared-memory buffer, each bucket hashed while the next is in
 // flight -> checksum compared (WS-1) -> swap.
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <future>
@@ -266,7 +267,9 @@ WeightSetPtr WeightSubscriber::pull_from(const ActorRef<WeightStore>& source, st
       if (opts_.on_receive_buffer) opts_.on_receive_buffer(m, wire);
       std::function<void(std::size_t)> ready;
       if (m.streaming) {   // a relay still receiving: each bucket once it has landed there
-        ready = [&, landed = std::uint64_t(0)](std::size_t end) mutable {
+        // Polled, at first every 300 µs; once the relay's rate is known, about when the bytes
+        // asked for should be there (each poll is a call: CPU that the transfer itself needs).
+        ready = [&, landed = std::uint64_t(0), seen_at = Clock::time_point{}, rate = 0.0](std::size_t end) mutable {
           while (landed < end) {
             auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
             if (left.count() <= 0) throw tp::TransportError(tp::TransportError::Kind::Timeout, "the relay's version did not arrive in time");
@@ -275,8 +278,21 @@ WeightSetPtr WeightSubscriber::pull_from(const ActorRef<WeightStore>& source, st
             if (st.value().generation != m.generation) {   // it started over into another buffer
               fail(WeightError::Kind::Transfer, "relay: the version is arriving anew there");
             }
-            landed = st.value().landed;
-            if (landed < end) std::this_thread::sleep_for(std::chrono::microseconds(300));
+            const auto now = Clock::now();
+            if (st.value().landed > landed) {   // bytes per second between the last two advances
+              if (seen_at != Clock::time_point{}) {
+                rate = double(st.value().landed - landed) / std::chrono::duration<double>(now - seen_at).count();
+              }
+              seen_at = now;
+              landed = st.value().landed;
+            }
+            if (landed >= end) break;
+            auto wait = std::chrono::microseconds(300);
+            if (rate > 0) {
+              auto due = std::chrono::microseconds(std::int64_t(0.8e6 * double(end - landed) / rate));
+              wait = std::clamp(due, wait, std::chrono::microseconds(20000));
+            }
+            std::this_thread::sleep_for(wait);
           }
         };
       }
