@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <limits>
 #include <thread>
 
 #include "cluster_harness.hpp"
@@ -269,6 +270,17 @@ TEST_CASE("weights in an NCCL group: each version broadcast to every member GPU,
                            std::int64_t(1000)).result();
     REQUIRE_FALSE(seat.ok());
     CHECK(seat.error().message.find("mirrors its versions on no GPU") != std::string::npos);
+    // Bounds too long to add to a clock are refused, not overflowed.
+    auto forever = store.call(&WeightStore::group_join, std::string("g"), std::int32_t(2), std::string("m"),
+                              std::numeric_limits<std::int64_t>::max()).result();
+    REQUIRE_FALSE(forever.ok());
+    CHECK(forever.error().message.find("timeout must be in") != std::string::npos);
+    troupe::SubscriberOptions patient;
+    patient.nccl_group = "g";
+    patient.nccl_group_size = 2;
+    patient.device = 0;
+    patient.nccl_timeout = std::chrono::milliseconds(std::numeric_limits<std::int64_t>::max());
+    CHECK_THROWS_WITH_AS(troupe::WeightSubscriber(store, patient), doctest::Contains("nccl_timeout"), std::invalid_argument);
     auto pulled = store.call(&WeightStore::group_pull, std::string("g"), std::uint64_t(1), std::uint64_t(1),
                              std::string("m")).result();
     REQUIRE_FALSE(pulled.ok());

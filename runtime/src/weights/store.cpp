@@ -314,10 +314,10 @@ PublisherStats WeightStore::stats() {
 }
 
 GroupSeat WeightStore::group_join(std::string group, std::int32_t size, std::string member, std::int64_t timeout_ms) {
+  if (size < 2) throw std::invalid_argument("group_join: a group needs at least 2 ranks");
+  if (timeout_ms <= 0 || timeout_ms > 86'400'000) throw std::invalid_argument("group_join: the timeout must be in (0, 1 day]");
   const int device = publisher_->options().device;
   if (device < 0) throw std::invalid_argument("group_join: this WeightStore mirrors its versions on no GPU");
-  if (size < 2) throw std::invalid_argument("group_join: a group needs at least 2 ranks");
-  if (timeout_ms <= 0) throw std::invalid_argument("group_join: the timeout must be positive");
   if (!groups_) groups_ = std::make_unique<detail::weights::GroupTable>(device, group_broadcasts_);
   return groups_->join(group, size, member, std::chrono::milliseconds(timeout_ms));
 }

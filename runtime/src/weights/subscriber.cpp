@@ -137,6 +137,13 @@ WeightSubscriber::WeightSubscriber(std::vector<ActorRef<WeightStore>> sources, S
       pool_(std::make_shared<detail::weights::BufferPool>(opts_.idle_buffers)) {
   opts_.bucket_bytes = std::max(kChecksumChunk, (opts_.bucket_bytes + kChecksumChunk - 1) / kChecksumChunk * kChecksumChunk);
   if (sources_.empty()) throw std::invalid_argument("WeightSubscriber needs a source");
+  if (!opts_.nccl_group.empty()) {   // the options alone, before any device is looked at
+    if (opts_.device < 0) throw std::invalid_argument("WeightSubscriber: nccl_group needs a device");
+    if (opts_.nccl_group_size < 2) throw std::invalid_argument("WeightSubscriber: nccl_group_size must be at least 2");
+    if (opts_.nccl_timeout <= std::chrono::milliseconds(0) || opts_.nccl_timeout > std::chrono::hours(24)) {
+      throw std::invalid_argument("WeightSubscriber: nccl_timeout must be in (0, 1 day]");
+    }
+  }
   detail::weights::SetBuilder::check_device(opts_.device, "WeightSubscriber");
   if (opts_.device >= 0) {
     std::string error;
@@ -146,9 +153,6 @@ WeightSubscriber::WeightSubscriber(std::vector<ActorRef<WeightStore>> sources, S
   }
   if (!opts_.nccl_group.empty()) {
     std::string error;
-    if (opts_.device < 0) throw std::invalid_argument("WeightSubscriber: nccl_group needs a device");
-    if (opts_.nccl_group_size < 2) throw std::invalid_argument("WeightSubscriber: nccl_group_size must be at least 2");
-    if (opts_.nccl_timeout.count() <= 0) throw std::invalid_argument("WeightSubscriber: nccl_timeout must be positive");
     if (!detail::weights::gpu::NcclBroadcaster::available(&error)) throw std::invalid_argument("WeightSubscriber: " + error);
     group_ = std::make_unique<GroupMember>();
   }
