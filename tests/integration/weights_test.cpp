@@ -267,14 +267,18 @@ TEST_CASE("weights in an NCCL group: each version broadcast to every member GPU,
     auto rt = troupe::Runtime::create(cfg);
     auto store = rt.spawn<WeightStore>(troupe::Options{});
     auto seat = store.call(&WeightStore::group_join, std::string("g"), std::int32_t(2), std::string("m"),
-                           std::int64_t(1000)).result();
+                           std::int64_t(1000), std::int64_t(1000)).result();
     REQUIRE_FALSE(seat.ok());
     CHECK(seat.error().message.find("mirrors its versions on no GPU") != std::string::npos);
     // Bounds too long to add to a clock are refused, not overflowed.
     auto forever = store.call(&WeightStore::group_join, std::string("g"), std::int32_t(2), std::string("m"),
-                              std::numeric_limits<std::int64_t>::max()).result();
+                              std::numeric_limits<std::int64_t>::max(), std::int64_t(1000)).result();
     REQUIRE_FALSE(forever.ok());
     CHECK(forever.error().message.find("timeout must be in") != std::string::npos);
+    auto never = store.call(&WeightStore::group_leave, std::string("g"), std::string("m"), std::int64_t(-1)).result();
+    REQUIRE_FALSE(never.ok());
+    CHECK(never.error().message.find("retry time must be in") != std::string::npos);
+    CHECK(store.call(&WeightStore::group_leave, std::string("g"), std::string("m"), std::int64_t(0)).result().ok());
     troupe::SubscriberOptions patient;
     patient.nccl_group = "g";
     patient.nccl_group_size = 2;
@@ -300,7 +304,7 @@ TEST_CASE("weights in an NCCL group: each version broadcast to every member GPU,
     opts.device = 0;
     opts.nccl_group = "g";
     opts.nccl_group_size = 2;
-    CHECK_THROWS_WITH_AS(troupe::WeightSubscriber(store, opts), doctest::Contains("nccl"), std::invalid_argument);
+    CHECK_THROWS_WITH_AS(troupe::WeightSubscriber(store, opts), doctest::Contains("nccl: "), std::invalid_argument);
     MESSAGE("NCCL cannot be loaded here (" << why << "): group broadcasts not checked");
     return;
   }

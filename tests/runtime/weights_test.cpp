@@ -286,4 +286,10 @@ TEST_CASE("weight NCCL groups gather: formed once every member is asking togethe
 
   Forming pair(2, 2s);   // one member forms a group with the store at once
   CHECK(pair.arrive("x", t0));
+
+  Forming left(3, 2s);   // one that said it gave up does not count
+  CHECK_FALSE(left.arrive("a", t0));
+  left.depart("a");
+  CHECK_FALSE(left.arrive("b", t0 + 1ms));
+  CHECK(left.members() == std::vector<std::string>{"b"});
 }

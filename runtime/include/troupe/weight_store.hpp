@@ -52,9 +52,10 @@ struct SubscriberOptions {
   // broadcasts a version once all members have asked for it, so the members pull together (as in
   // an RL step's weight sync). Joining and each broadcast wait at most `nccl_timeout` for the
   // others (a broadcast: from this member's ask). When the group cannot form or a broadcast fails,
-  // the pull goes on by the paths above, and the group is formed anew by a pull at least
-  // `nccl_retry` later; a pull whose version the group is not broadcasting (NotFound, another
-  // round's) goes by the other paths too, staying in the group. The constructor throws
+  // the pull goes on by the paths above, and every member gathers again `nccl_retry` later (the
+  // store holds the whole group off, so that they come back together). A pull that finds another
+  // version's round open takes part in it, then pulls its own version by the other paths; one
+  // whose version does not exist goes by the other paths, staying in the group. The constructor throws
   // std::invalid_argument without `device`, with a size below 2, or where NCCL cannot be loaded.
   std::string nccl_group;
   int nccl_group_size = 0;
@@ -159,18 +160,25 @@ class WeightStore {
   // NCCL group broadcast (GPU builds; this store mirrors its versions on a GPU, the fourth
   // constructor argument). The store is rank 0 of group `group` of `size` GPUs; each subscriber
   // with SubscriberOptions::nccl_group calls this until its seat is `ready`: the group is formed
-  // once size-1 members are asking together (one that stopped asking for 2 s has gone). Then each
-  // joins the communicator with the seat's id and rank, and the store joins on a thread of its
-  // own; every wait of the group's is bounded by `timeout_ms`. A member joining again (its
+  // once size-1 members are asking together (one that stopped asking for 250 ms has gone). Then
+  // each joins the communicator with the seat's id and rank, and the store joins on a thread of
+  // its own; every wait of the group's is bounded by `timeout_ms`. A member joining again (its
   // communicator failed), a new member or another size gathers the group anew (a new epoch).
-  // Throws std::invalid_argument without a device mirror or with size < 2, std::runtime_error
-  // when NCCL cannot be loaded.
-  GroupSeat group_join(std::string group, std::int32_t size, std::string member, std::int64_t timeout_ms);
-  // A member asks for `version` by broadcast: once every member of the group has asked, the store
-  // broadcasts the version's device image, and each member receives it with ncclBroadcast. Returns
-  // the version's manifest (device_checksum: the image's checksum; nothing is pinned for the
+  // While the group is held off (group_leave), the seat says for how long (retry_in_ms); if
+  // forming fails here, it is held off for `retry_ms`. Throws std::invalid_argument without a
+  // device mirror, with size < 2 or bad times, std::runtime_error when NCCL cannot be used.
+  GroupSeat group_join(std::string group, std::int32_t size, std::string member, std::int64_t timeout_ms,
+                       std::int64_t retry_ms);
+  // A member gives up (it timed out gathering, or its communicator failed): it leaves the
+  // gathering, a formed group it is seated in is gathered anew, and with `retry_ms` > 0 no member
+  // gathers again before then (they all come back together).
+  void group_leave(std::string group, std::string member, std::int64_t retry_ms);
+  // A member asks for `version` by broadcast: it opens a round on it, or takes part in the open
+  // round whatever version that is (every rank must take part). Once every member has asked, the
+  // store broadcasts the round's device image, and each member receives it with ncclBroadcast.
+  // Returns the round's manifest (device_checksum: the image's checksum; nothing is pinned for the
   // caller, the group holds the version until it is sent). Throws WeightError: Transfer (no such
-  // group or epoch: join again; the group broke; the round is on another version), NotFound.
+  // group or epoch, or the group broke: join again), NotFound (no round was open).
   WeightManifest group_pull(std::string group, std::uint64_t epoch, std::uint64_t version, std::string member);
 
   const std::shared_ptr<WeightPublisher>& publisher() const { return publisher_; }
@@ -206,4 +214,4 @@ std::vector<ActorRef<WeightStore>> tree_sources(const ActorRef<WeightStore>& pub
 }  // namespace troupe
 
 TROUPE_ACTOR(troupe::WeightStore, publish, publish_synthetic, latest_version, manifest, release,
-             follow, follow_async, progress, clear, stats, group_join, group_pull);
+             follow, follow_async, progress, clear, stats, group_join, group_leave, group_pull);

@@ -121,11 +121,12 @@ struct FollowState {
 // rank in it (the store is rank 0) and the group's epoch (a group formed anew has a new one).
 struct GroupSeat {
   bool ready = false;               // false: the other members are not all here yet; ask again
+  std::int64_t retry_in_ms = 0;     // > 0: the group is held off after a failure; come back then
   std::vector<char> id;             // ncclUniqueId, 128 bytes
   std::int32_t rank = 0;
   std::int32_t size = 0;
   std::uint64_t epoch = 0;
-  MSGPACK_DEFINE(ready, id, rank, size, epoch);
+  MSGPACK_DEFINE(ready, retry_in_ms, id, rank, size, epoch);
 };
 
 // The 64-bit checksum of a version's wire image: XXH64 of each 1 MiB chunk (seed = chunk

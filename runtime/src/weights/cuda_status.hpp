@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
 #include <string>
 
@@ -18,21 +19,15 @@ inline bool cuda_ok(cudaError_t e, std::string* error) {
   return false;
 }
 
-// Whether `device`'s primary context is active in this process (the driver's
-// cuDevicePrimaryCtxGetState, reached through the runtime: no link to libcuda). True when the
-// driver cannot tell.
+// Whether `device`'s primary context is active in this process: the driver's
+// cuDevicePrimaryCtxGetState, found in the libcuda.so.1 the CUDA runtime has loaded (no link to
+// it, any toolkit version). True when that cannot be asked: then the caller's device is restored
+// as before, at the cost this check exists to avoid.
 inline bool context_active(int device) {
-  using GetState = int (*)(int, unsigned int*, int*);
+  using GetState = int (*)(int, unsigned int*, int*);   // CUresult (CUdevice, unsigned*, int*)
   static const GetState get_state = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &fn, 12000, cudaEnableDefault, &found) !=
-            cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      return GetState(nullptr);
-    }
-    return reinterpret_cast<GetState>(fn);
+    void* cuda = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    return cuda ? reinterpret_cast<GetState>(dlsym(cuda, "cuDevicePrimaryCtxGetState")) : GetState(nullptr);
   }();
   unsigned int flags = 0;
   int active = 1;

@@ -216,7 +216,7 @@ bool NcclBroadcaster::broadcast(void* buf, std::size_t nbytes, int root, std::si
 
 namespace {
 bool absent(std::string* error) {
-  if (error) *error = "built without NCCL";
+  if (error) *error = "nccl: not built (no nccl.h where CMake looked)";
   return false;
 }
 }  // namespace

@@ -11,7 +11,7 @@ namespace troupe::detail::weights {
 namespace {
 
 // A gathering member polls every few milliseconds; one not seen for this long has gone.
-constexpr auto kGatherStale = std::chrono::seconds(2);
+constexpr auto kGatherStale = std::chrono::milliseconds(250);
 
 [[noreturn]] void transfer(const std::string& why) { throw WeightError(WeightError::Kind::Transfer, "Transfer: " + why); }
 
@@ -53,6 +53,10 @@ GroupRoot::~GroupRoot() {
   thread_.join();
 }
 
+bool GroupRoot::seated(const std::string& member) const {
+  return std::find(members_.begin(), members_.end(), member) != members_.end();
+}
+
 int GroupRoot::claim(const std::string& member) {
   std::lock_guard lock(mu_);
   auto it = std::find(members_.begin(), members_.end(), member);
@@ -71,11 +75,8 @@ WeightSetPtr GroupRoot::ask(const std::string& member, std::uint64_t version,
     round_ = std::move(set);
     asked_.clear();
     opened_ = std::chrono::steady_clock::now();
-  } else if (version != kLatestVersion && version != round_->version()) {
-    transfer("NCCL group " + name_ + " is broadcasting version " + std::to_string(round_->version()) + ", not " +
-             std::to_string(version));
   }
-  asked_.insert(member);
+  asked_.insert(member);   // in the open round, whatever it asked for: every rank must take part
   changed_.notify_all();
   return round_;
 }
@@ -85,9 +86,10 @@ std::string GroupRoot::broken() const {
   return broken_;
 }
 
-void GroupRoot::fail_locked(const std::string& why) {
+void GroupRoot::fail_locked(const std::string& why, WeightSetPtr* dropped) {
   if (!stop_) spdlog::warn("weights: NCCL group {} (epoch {}) broken: {}", name_, epoch_, why);
   broken_ = why;
+  *dropped = std::move(round_);
   round_.reset();
   changed_.notify_all();
 }
@@ -95,8 +97,9 @@ void GroupRoot::fail_locked(const std::string& why) {
 void GroupRoot::run() {
   std::string error;
   auto comm = gpu::NcclBroadcaster::create(id_, 0, size(), device_, timeout_, &error, &stop_);
+  WeightSetPtr dropped;   // destroyed after `lock` is released: freeing a version may sync a GPU
   std::unique_lock lock(mu_);
-  if (!comm) return fail_locked("forming the group: " + error);
+  if (!comm) return fail_locked("forming the group: " + error, &dropped);
   for (;;) {
     const bool full = changed_.wait_for(lock, std::chrono::milliseconds(100), [&] {
       return stop_.load() || (round_ && asked_.size() >= members_.size());
@@ -105,7 +108,7 @@ void GroupRoot::run() {
     if (!full) {
       if (round_ && std::chrono::steady_clock::now() - opened_ > timeout_) {
         fail_locked("members did not all ask for version " + std::to_string(round_->version()) + " within " +
-                    std::to_string(timeout_.count()) + " ms");
+                    std::to_string(timeout_.count()) + " ms", &dropped);
         break;   // members already receiving fail at their own deadline
       }
       continue;
@@ -116,8 +119,10 @@ void GroupRoot::run() {
     lock.unlock();
     const auto* image = SetBuilder::device_image(*set);
     const bool sent = comm->broadcast(image->buffer->data(), image->buffer->size(), 0, 0, timeout_, &error, &stop_);
+    const auto version = set->version();
+    set.reset();
     lock.lock();
-    if (!sent) return fail_locked("broadcasting version " + std::to_string(set->version()) + ": " + error);
+    if (!sent) return fail_locked("broadcasting version " + std::to_string(version) + ": " + error, &dropped);
     broadcasts_->fetch_add(1);
   }
   lock.unlock();   // askers see the group broken at once, not after the abort
@@ -140,29 +145,52 @@ void GroupTable::retire(std::unique_ptr<GroupRoot> root) {
 }
 
 GroupSeat GroupTable::join(const std::string& group, int size, const std::string& member,
-                           std::chrono::milliseconds timeout) {
+                           std::chrono::milliseconds timeout, std::chrono::milliseconds retry) {
   auto& e = groups_[group];
+  const auto now = Forming::Clock::now();
   GroupSeat seat;
   seat.size = size;
+  auto seat_in = [&](const GroupRoot& root, int rank) {
+    seat.id.assign(root.id().begin(), root.id().end());
+    seat.rank = rank;
+    seat.epoch = root.epoch();
+    seat.ready = true;
+    return seat;
+  };
+  if (now < e.not_before) {   // held off after a failure: every member comes back at the same time
+    seat.retry_in_ms = std::max<std::int64_t>(
+        1, std::chrono::duration_cast<std::chrono::milliseconds>(e.not_before - now).count());
+    return seat;
+  }
   if (e.root) {
     if (e.root->size() == size && e.root->broken().empty()) {
-      if (int rank = e.root->claim(member)) {   // formed with this member: its seat
-        seat.id.assign(e.root->id().begin(), e.root->id().end());
-        seat.rank = rank;
-        seat.epoch = e.root->epoch();
-        seat.ready = true;
-        return seat;
-      }
+      if (int rank = e.root->claim(member)) return seat_in(*e.root, rank);   // formed with this member
     }
     // Broken, resized, or a member joining again or anew: the group is gathered anew.
     retire(std::move(e.root));
   }
   if (!e.forming || e.forming->size() != size) e.forming.emplace(size, kGatherStale);
-  if (!e.forming->arrive(member, Forming::Clock::now())) return seat;   // not all here yet
-  auto members = e.forming->members();
+  if (!e.forming->arrive(member, now)) return seat;   // not all here yet
+  std::unique_ptr<GroupRoot> root;
+  try {
+    root = std::make_unique<GroupRoot>(group, device_, e.forming->members(), timeout, ++epochs_, broadcasts_);
+  } catch (...) {   // NCCL unusable here: hold everyone off rather than re-form at every poll
+    e.forming.reset();
+    e.not_before = now + retry;
+    throw;
+  }
   e.forming.reset();
-  e.root = std::make_unique<GroupRoot>(group, device_, std::move(members), timeout, ++epochs_, broadcasts_);
-  return join(group, size, member, timeout);   // its seat in the group just formed
+  e.root = std::move(root);
+  return seat_in(*e.root, e.root->claim(member));
+}
+
+void GroupTable::leave(const std::string& group, const std::string& member, std::chrono::milliseconds hold_off) {
+  auto it = groups_.find(group);
+  if (it == groups_.end()) return;
+  auto& e = it->second;
+  if (e.forming) e.forming->depart(member);
+  if (e.root && e.root->seated(member)) retire(std::move(e.root));   // a group short of a rank is no group
+  if (hold_off.count() > 0) e.not_before = std::max(e.not_before, Forming::Clock::now() + hold_off);
 }
 
 GroupRoot* GroupTable::find(const std::string& group, std::uint64_t epoch) {

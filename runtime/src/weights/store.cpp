@@ -49,6 +49,7 @@ WeightManifest manifest_of(const WeightSet& set, std::uint64_t publisher_key) {
 }
 
 using Clock = std::chrono::steady_clock;
+constexpr std::int64_t kDayMs = 86'400'000;   // the longest time a caller may ask a group to wait
 // A child asking for the version a relay is starting to pull waits this long for its manifest.
 constexpr auto kArrivingManifestWait = std::chrono::seconds(10);
 
@@ -313,13 +314,20 @@ PublisherStats WeightStore::stats() {
   return s;
 }
 
-GroupSeat WeightStore::group_join(std::string group, std::int32_t size, std::string member, std::int64_t timeout_ms) {
+GroupSeat WeightStore::group_join(std::string group, std::int32_t size, std::string member, std::int64_t timeout_ms,
+                                  std::int64_t retry_ms) {
   if (size < 2) throw std::invalid_argument("group_join: a group needs at least 2 ranks");
-  if (timeout_ms <= 0 || timeout_ms > 86'400'000) throw std::invalid_argument("group_join: the timeout must be in (0, 1 day]");
+  if (timeout_ms <= 0 || timeout_ms > kDayMs) throw std::invalid_argument("group_join: the timeout must be in (0, 1 day]");
+  if (retry_ms < 0 || retry_ms > kDayMs) throw std::invalid_argument("group_join: the retry time must be in [0, 1 day]");
   const int device = publisher_->options().device;
   if (device < 0) throw std::invalid_argument("group_join: this WeightStore mirrors its versions on no GPU");
   if (!groups_) groups_ = std::make_unique<detail::weights::GroupTable>(device, group_broadcasts_);
-  return groups_->join(group, size, member, std::chrono::milliseconds(timeout_ms));
+  return groups_->join(group, size, member, std::chrono::milliseconds(timeout_ms), std::chrono::milliseconds(retry_ms));
+}
+
+void WeightStore::group_leave(std::string group, std::string member, std::int64_t retry_ms) {
+  if (retry_ms < 0 || retry_ms > kDayMs) throw std::invalid_argument("group_leave: the retry time must be in [0, 1 day]");
+  if (groups_) groups_->leave(group, member, std::chrono::milliseconds(retry_ms));
 }
 
 WeightManifest WeightStore::group_pull(std::string group, std::uint64_t epoch, std::uint64_t version,

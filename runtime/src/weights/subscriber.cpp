@@ -110,6 +110,13 @@ void check_entries(const WeightManifest& m) {
   }
 }
 
+// Whether a store's call error is its own NotFound. The store's answer (not one it passed on from
+// its parent) names the kind first.
+bool said_not_found(const std::string& message) {
+  auto at = message.find("threw: ");
+  return at != std::string::npos && message.compare(at + 7, 8, "NotFound") == 0;
+}
+
 // WS-1 for a version in device memory: its `total` bytes at `data` hashed (one device-to-host
 // pass) against the publisher's checksum of the decoded image.
 void check_on_device(const void* data, std::size_t total, int device, const WeightManifest& m) {
@@ -217,10 +224,8 @@ WeightSetPtr WeightSubscriber::pull_from(const ActorRef<WeightStore>& source, st
                    .result();
   if (!reply.ok()) {
     const auto& err = reply.error();
-    // The store's own answer (not one it passed on from its parent) names the kind first.
-    auto at = err.message.find("threw: ");
-    bool missing = at != std::string::npos && err.message.compare(at + 7, 8, "NotFound") == 0;
-    fail(missing ? WeightError::Kind::NotFound : WeightError::Kind::Transfer, "manifest: " + err.to_string());
+    fail(said_not_found(err.message) ? WeightError::Kind::NotFound : WeightError::Kind::Transfer,
+         "manifest: " + err.to_string());
   }
   WeightManifest m = std::move(reply).value();
   if (have && m.version == have->version()) return have;
@@ -360,35 +365,55 @@ WeightSetPtr WeightSubscriber::pull_group(std::uint64_t version) {
   auto& g = *group_;
   const auto& store = sources_.back();
   const auto timeout = opts_.nccl_timeout;
+  const auto retry_ms = std::int64_t(opts_.nccl_retry.count());
+  // After a failure: this member leaves (the store then holds every member off for nccl_retry, so
+  // that they gather again together) and the pull takes the other paths.
   auto give_up = [&](const std::string& why) -> WeightSetPtr {
     spdlog::warn("weights: NCCL group {}: {}; pulling by the other paths", opts_.nccl_group, why);
     if (g.comm) g.comm->abort();   // ranks still waiting on this one end at their own deadline
     g.comm.reset();
     g.retry_after = Clock::now() + opts_.nccl_retry;
+    (void)store.call(&WeightStore::group_leave, opts_.nccl_group, id_, retry_ms);   // not waited for
     return nullptr;
   };
   // Asks for a seat until the group is formed (every member asking), then joins the communicator.
-  // "" once joined, else why not.
-  auto join = [&]() -> std::string {
+  enum class Joined { Yes, Later, No };
+  auto join = [&](std::string* why) {
     const auto deadline = Clock::now() + timeout;
     for (;;) {
-      auto seat = store.with_timeout(timeout)
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) {
+        *why = "the other members did not all come within " + std::to_string(timeout.count()) + " ms";
+        return Joined::No;
+      }
+      auto seat = store.with_timeout(left)
                       .call(&WeightStore::group_join, opts_.nccl_group, std::int32_t(opts_.nccl_group_size), id_,
-                            std::int64_t(timeout.count()))
+                            std::int64_t(timeout.count()), retry_ms)
                       .result();
-      if (!seat.ok()) return "joining: " + seat.error().to_string();
+      if (!seat.ok()) {
+        *why = "joining: " + seat.error().to_string();
+        return Joined::No;
+      }
       const auto& s = seat.value();
+      if (s.retry_in_ms > 0) {   // held off after a failure: come back with the others
+        g.retry_after = Clock::now() + std::chrono::milliseconds(s.retry_in_ms);
+        return Joined::Later;
+      }
       if (s.ready) {
         std::array<char, 128> id{};
-        if (s.id.size() != id.size() || s.rank < 1 || s.rank >= s.size) return "the store's seat is malformed";
+        if (s.id.size() != id.size() || s.rank < 1 || s.rank >= s.size) {
+          *why = "the store's seat is malformed";
+          return Joined::No;
+        }
         std::copy(s.id.begin(), s.id.end(), id.begin());
-        std::string error;
-        g.comm = gpu::NcclBroadcaster::create(id, s.rank, s.size, opts_.device, timeout, &error);
-        if (!g.comm) return "joining as rank " + std::to_string(s.rank) + ": " + error;
+        g.comm = gpu::NcclBroadcaster::create(id, s.rank, s.size, opts_.device, timeout, why);
+        if (!g.comm) {
+          *why = "joining as rank " + std::to_string(s.rank) + ": " + *why;
+          return Joined::No;
+        }
         g.epoch = s.epoch;
-        return "";
+        return Joined::Yes;
       }
-      if (Clock::now() >= deadline) return "the other members did not all come within " + std::to_string(timeout.count()) + " ms";
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
   };
@@ -397,24 +422,29 @@ WeightSetPtr WeightSubscriber::pull_group(std::uint64_t version) {
     const bool fresh = !g.comm || g.comm->broken();
     if (fresh) {
       if (Clock::now() < g.retry_after) return nullptr;
-      if (auto why = join(); !why.empty()) return give_up(why);
+      std::string why;
+      switch (join(&why)) {
+        case Joined::Yes: break;
+        case Joined::Later: return nullptr;
+        case Joined::No: return give_up(why);
+      }
     }
     auto reply = store.with_timeout(timeout).call(&WeightStore::group_pull, opts_.nccl_group, g.epoch, version, id_).result();
     if (reply.ok()) {
       m = std::move(reply).value();
       break;
     }
-    const bool rejoin = reply.error().message.find("join again") != std::string::npos;
-    if (rejoin && !fresh) {   // the group was gathered anew (or broke): join it in this pull
+    const auto& msg = reply.error().message;
+    if (msg.find("join again") != std::string::npos && !fresh) {   // gathered anew (or broke): join it in this pull
       g.comm->abort();
       g.comm.reset();
       continue;
     }
-    if (rejoin) return give_up("asking: " + reply.error().to_string());
-    // NotFound (the other paths say so for every source), or a round on another version: this
-    // pull goes by the other paths, and this member stays in the group.
-    spdlog::info("weights: NCCL group {}: {}", opts_.nccl_group, reply.error().to_string());
-    return nullptr;
+    if (said_not_found(msg)) {   // refused before it asked: the group is sound; the other paths say NotFound
+      spdlog::info("weights: NCCL group {}: {}", opts_.nccl_group, reply.error().to_string());
+      return nullptr;
+    }
+    return give_up("asking: " + reply.error().to_string());   // it may have asked (a lost reply): leave
   }
   // Asked: the group's broadcast now counts on this rank, so any failure from here aborts it.
   std::size_t total = 0;
@@ -430,6 +460,11 @@ WeightSetPtr WeightSubscriber::pull_group(std::uint64_t version) {
   if (!buf) return give_up("receiving version " + std::to_string(m.version) + ": " + error);
   if (!g.comm->broadcast(buf->data(), total, 0, 0, timeout, &error)) {
     return give_up("receiving version " + std::to_string(m.version) + ": " + error);
+  }
+  if (version != kLatestVersion && m.version != version) {   // took part in another version's round
+    spdlog::info("weights: NCCL group {} broadcast version {}; pulling version {} by the other paths",
+                 opts_.nccl_group, m.version, version);
+    return nullptr;
   }
   if (opts_.verify_mapped) check_on_device(buf->data(), total, opts_.device, m);
   if (opts_.on_progress) opts_.on_progress(m.wire_bytes, m.wire_bytes);
