@@ -117,18 +117,74 @@ bool said_not_found(const std::string& message) {
   return at != std::string::npos && message.compare(at + 7, 8, "NotFound") == 0;
 }
 
-// WS-1 for a version in device memory: its `total` bytes at `data` hashed (one device-to-host
-// pass) against the publisher's checksum of the decoded image.
-void check_on_device(const void* data, std::size_t total, int device, const WeightManifest& m) {
-  std::vector<char> bytes(total);
-  std::string error;
-  if (!detail::weights::gpu::copy_to_host(data, total, bytes.data(), device, &error)) {
-    fail(WeightError::Kind::Transfer, "device check: " + error);
+// `ready(end)` of fetch_checked for a relay still receiving the version (a streaming manifest):
+// returns once the relay has bytes [0, end). Polled, at first every 300 µs; once the relay's rate
+// is known, about when those bytes should be there (each poll is a call: CPU that the transfer
+// itself needs).
+std::function<void(std::size_t)> relay_landing(const ActorRef<WeightStore>& relay, const WeightManifest& m,
+                                               Clock::time_point deadline) {
+  return [relay, version = m.version, generation = m.generation, deadline, landed = std::uint64_t(0),
+          seen_at = Clock::time_point{}, rate = 0.0](std::size_t end) mutable {
+    while (landed < end) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) throw tp::TransportError(tp::TransportError::Kind::Timeout, "the relay's version did not arrive in time");
+      auto st = relay.with_timeout(left).call(&WeightStore::progress, version).result();
+      if (!st.ok()) fail(WeightError::Kind::Transfer, "relay: " + st.error().to_string());
+      if (st.value().generation != generation) {   // it started over into another buffer
+        fail(WeightError::Kind::Transfer, "relay: the version is arriving anew there");
+      }
+      const auto now = Clock::now();
+      if (st.value().landed > landed) {   // bytes per second between the last two advances
+        if (seen_at != Clock::time_point{}) {
+          rate = double(st.value().landed - landed) / std::chrono::duration<double>(now - seen_at).count();
+        }
+        seen_at = now;
+        landed = st.value().landed;
+      }
+      if (landed >= end) return;
+      auto wait = std::chrono::microseconds(300);
+      if (rate > 0) {
+        auto due = std::chrono::microseconds(std::int64_t(0.8e6 * double(end - landed) / rate));
+        wait = std::clamp(due, wait, std::chrono::microseconds(20000));
+      }
+      std::this_thread::sleep_for(wait);
+    }
+  };
+}
+
+// A view of `data` that keeps `pin` (its mapping) and ends `store`'s hold on version `v` for
+// `pull_id` when the last copy of it is dropped: held while used (WS-2).
+std::shared_ptr<void> held_while_used(void* data, std::shared_ptr<void> pin, const ActorRef<WeightStore>& store,
+                                      std::uint64_t v, const std::string& pull_id) {
+  return std::shared_ptr<void>(data, [pin = std::move(pin), src = store, v, id = pull_id](void*) mutable {
+    pin.reset();
+    try {
+      (void)src.call(&WeightStore::release, v, id);
+    } catch (...) {   // the runtime is going away: the store sees this process end instead
+    }
+  });
+}
+
+// A version that arrived in device memory (CUDA IPC, NCCL), `total` bytes at `data` kept alive by
+// `keep`, as a set. With verify_mapped, WS-1 first: the bytes hashed (one device-to-host pass)
+// against the publisher's checksum of the decoded image.
+WeightSetPtr device_set(const WeightManifest& m, void* data, std::size_t total, std::shared_ptr<void> keep,
+                        const SubscriberOptions& opts) {
+  if (opts.verify_mapped) {
+    std::vector<char> bytes(total);
+    std::string error;
+    if (!detail::weights::gpu::copy_to_host(data, total, bytes.data(), opts.device, &error)) {
+      fail(WeightError::Kind::Transfer, "device check: " + error);
+    }
+    if (weight_checksum(bytes.data(), total) != m.device_checksum) {
+      fail(WeightError::Kind::Checksum, "version " + std::to_string(m.version) + " on device " +
+                                            std::to_string(opts.device) + " does not match its checksum");
+    }
   }
-  if (weight_checksum(bytes.data(), total) != m.device_checksum) {
-    fail(WeightError::Kind::Checksum, "version " + std::to_string(m.version) + " on device " + std::to_string(device) +
-                                          " does not match its checksum");
-  }
+  if (opts.on_progress) opts.on_progress(m.wire_bytes, m.wire_bytes);
+  return detail::weights::SetBuilder::on_device(m.version, m.checksum, m.entries,
+                                                static_cast<WireCompression>(m.compression), data, opts.device,
+                                                std::move(keep));
 }
 
 }  // namespace
@@ -259,14 +315,8 @@ WeightSetPtr WeightSubscriber::pull_from(const ActorRef<WeightStore>& source, st
       if (opts_.on_progress) opts_.on_progress(m.wire_bytes, m.wire_bytes);
       // The hold ends when the last view of this version here is dropped.
       release.armed = false;
-      std::shared_ptr<void> hold(mapped.data, [pin = mapped.keep_alive, src = source, v = m.version, id = pull_id](void*) mutable {
-        pin.reset();
-        try {
-          (void)src.call(&WeightStore::release, v, id);
-        } catch (...) {   // the runtime is going away: the store sees this process end instead
-        }
-      });
-      wire = TensorView::wrap(mapped.data, DType::U8, {std::int64_t(m.wire_bytes)}, std::move(hold));
+      wire = TensorView::wrap(mapped.data, DType::U8, {std::int64_t(m.wire_bytes)},
+                              held_while_used(mapped.data, mapped.keep_alive, source, m.version, pull_id));
     } else if (mapped.data != nullptr) {
       wire = pool_->get(m.wire_bytes);
       if (opts_.on_receive_buffer) opts_.on_receive_buffer(m, wire);
@@ -274,38 +324,9 @@ WeightSetPtr WeightSubscriber::pull_from(const ActorRef<WeightStore>& source, st
     } else {
       wire = pool_->get(m.wire_bytes);
       if (opts_.on_receive_buffer) opts_.on_receive_buffer(m, wire);
-      std::function<void(std::size_t)> ready;
-      if (m.streaming) {   // a relay still receiving: each bucket once it has landed there
-        // Polled, at first every 300 µs; once the relay's rate is known, about when the bytes
-        // asked for should be there (each poll is a call: CPU that the transfer itself needs).
-        ready = [&, landed = std::uint64_t(0), seen_at = Clock::time_point{}, rate = 0.0](std::size_t end) mutable {
-          while (landed < end) {
-            auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-            if (left.count() <= 0) throw tp::TransportError(tp::TransportError::Kind::Timeout, "the relay's version did not arrive in time");
-            auto st = source.with_timeout(left).call(&WeightStore::progress, m.version).result();
-            if (!st.ok()) fail(WeightError::Kind::Transfer, "relay: " + st.error().to_string());
-            if (st.value().generation != m.generation) {   // it started over into another buffer
-              fail(WeightError::Kind::Transfer, "relay: the version is arriving anew there");
-            }
-            const auto now = Clock::now();
-            if (st.value().landed > landed) {   // bytes per second between the last two advances
-              if (seen_at != Clock::time_point{}) {
-                rate = double(st.value().landed - landed) / std::chrono::duration<double>(now - seen_at).count();
-              }
-              seen_at = now;
-              landed = st.value().landed;
-            }
-            if (landed >= end) break;
-            auto wait = std::chrono::microseconds(300);
-            if (rate > 0) {
-              auto due = std::chrono::microseconds(std::int64_t(0.8e6 * double(end - landed) / rate));
-              wait = std::clamp(due, wait, std::chrono::microseconds(20000));
-            }
-            std::this_thread::sleep_for(wait);
-          }
-        };
-      }
-      sum = fetch_checked(d, wire, opts_.bucket_bytes, deadline, opts_, ready);
+      // From a relay still receiving the version: each bucket once it has landed there.
+      sum = fetch_checked(d, wire, opts_.bucket_bytes, deadline, opts_,
+                          m.streaming ? relay_landing(source, m, deadline) : nullptr);
     }
   } catch (const tp::TransportError& e) {
     fail(WeightError::Kind::Transfer, std::string("transfer: ") + e.what());
@@ -339,13 +360,7 @@ WeightSetPtr WeightSubscriber::import_device(const WeightManifest& m, const Acto
   std::shared_ptr<void> keep;
   if (opts_.map_shared) {   // in place: the hold ends when the last view here is dropped
     *release_armed = false;
-    keep = std::shared_ptr<void>(data, [mapping, src = source, v = m.version, id = pull_id](void*) mutable {
-      mapping.reset();
-      try {
-        (void)src.call(&WeightStore::release, v, id);
-      } catch (...) {   // the runtime is going away: the store sees this process end instead
-      }
-    });
+    keep = held_while_used(data, mapping, source, m.version, pull_id);
   } else {                  // one device-to-device copy; the hold ends with this pull
     std::shared_ptr<gpu::DeviceBuffer> buf = gpu::DeviceBuffer::allocate(total, opts_.device, &error);
     if (!buf || !buf->copy_from(data, total, &error)) fail(WeightError::Kind::Transfer, "device copy: " + error);
@@ -353,11 +368,7 @@ WeightSetPtr WeightSubscriber::import_device(const WeightManifest& m, const Acto
     data = buf->data();
     keep = std::move(buf);
   }
-  if (opts_.verify_mapped) check_on_device(data, total, opts_.device, m);
-  if (opts_.on_progress) opts_.on_progress(m.wire_bytes, m.wire_bytes);
-  return detail::weights::SetBuilder::on_device(m.version, m.checksum, m.entries,
-                                                static_cast<WireCompression>(m.compression), data, opts_.device,
-                                                std::move(keep));
+  return device_set(m, data, total, std::move(keep), opts_);
 }
 
 WeightSetPtr WeightSubscriber::pull_group(std::uint64_t version) {
@@ -419,7 +430,7 @@ WeightSetPtr WeightSubscriber::pull_group(std::uint64_t version) {
   };
   WeightManifest m;
   for (;;) {
-    const bool fresh = !g.comm || g.comm->broken();
+    const bool fresh = !g.comm;   // (a failed broadcast is given up at once: no comm is kept broken)
     if (fresh) {
       if (Clock::now() < g.retry_after) return nullptr;
       std::string why;
@@ -466,12 +477,8 @@ WeightSetPtr WeightSubscriber::pull_group(std::uint64_t version) {
                  opts_.nccl_group, m.version, version);
     return nullptr;
   }
-  if (opts_.verify_mapped) check_on_device(buf->data(), total, opts_.device, m);
-  if (opts_.on_progress) opts_.on_progress(m.wire_bytes, m.wire_bytes);
   void* data = buf->data();
-  return detail::weights::SetBuilder::on_device(m.version, m.checksum, m.entries,
-                                                static_cast<WireCompression>(m.compression), data, opts_.device,
-                                                std::move(buf));
+  return device_set(m, data, total, std::move(buf), opts_);
 }
 
 }  // namespace troupe
