@@ -97,10 +97,6 @@ bool DeviceBuffer::upload(const void* host, std::size_t n, std::string* error) {
   return copy_sync(ptr_, host, std::min(n, n_), cudaMemcpyHostToDevice, device_, error);
 }
 
-bool DeviceBuffer::download(void* host, std::size_t n, std::string* error) const {
-  return copy_to_host(ptr_, std::min(n, n_), host, device_, error);
-}
-
 bool copy_to_host(const void* device_src, std::size_t n, void* host, int device, std::string* error) {
   return copy_sync(host, device_src, n, cudaMemcpyDeviceToHost, device, error);
 }
@@ -141,7 +137,6 @@ bool IpcMapping::copy_to(void*, std::string* error) const { return absent(error)
 std::unique_ptr<DeviceBuffer> DeviceBuffer::allocate(std::size_t, int, std::string* error) { return absent(error), nullptr; }
 DeviceBuffer::~DeviceBuffer() = default;
 bool DeviceBuffer::upload(const void*, std::size_t, std::string* error) { return absent(error); }
-bool DeviceBuffer::download(void*, std::size_t, std::string* error) const { return absent(error); }
 bool DeviceBuffer::copy_from(const void*, std::size_t, std::string* error) { return absent(error); }
 double copy_gbps(std::size_t, int, std::string* error) { return absent(error), 0; }
 bool copy_to_host(const void*, std::size_t, void*, int, std::string* error) { return absent(error); }

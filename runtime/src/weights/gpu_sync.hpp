@@ -68,7 +68,6 @@ class DeviceBuffer {
   std::size_t size() const { return n_; }
   int device() const { return device_; }
   bool upload(const void* host, std::size_t n, std::string* error);           // host -> here
-  bool download(void* host, std::size_t n, std::string* error) const;         // here -> host
   bool copy_from(const void* device_src, std::size_t n, std::string* error);  // device -> here
 
  private:
@@ -104,22 +103,17 @@ class NcclBroadcaster {
   ~NcclBroadcaster();
   // Broadcasts `nbytes` at `buf` (device memory on this rank's device) from `root` to every rank,
   // in buckets of `bucket` bytes (pipelined by NCCL on one stream); returns once the stream is
-  // done. False on error, past `timeout` or on `stop`: the communicator is then aborted, and
-  // broken() from then on.
+  // done. False on error, past `timeout` or on `stop`: the communicator is then aborted.
   bool broadcast(void* buf, std::size_t nbytes, int root, std::size_t bucket, std::chrono::milliseconds timeout,
                  std::string* error, const std::atomic<bool>* stop = nullptr);
-  // Aborts the communicator (its in-flight operations with it): broken() from then on.
+  // Aborts the communicator (its in-flight operations with it); every later broadcast fails.
   void abort();
-  bool broken() const { return comm_ == nullptr; }
-  int rank() const { return rank_; }
-  int size() const { return size_; }
-  int device() const { return device_; }
 
  private:
   NcclBroadcaster() = default;
-  void* comm_ = nullptr;     // ncclComm_t
+  void* comm_ = nullptr;     // ncclComm_t; null once aborted
   void* stream_ = nullptr;   // cudaStream_t
-  int rank_ = 0, size_ = 0, device_ = 0;
+  int device_ = 0;
 };
 
 }  // namespace troupe::detail::weights::gpu

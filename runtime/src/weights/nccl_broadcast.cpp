@@ -123,8 +123,6 @@ std::unique_ptr<NcclBroadcaster> NcclBroadcaster::create(const std::array<char, 
   OnDevice on(device, error);
   if (!on) return nullptr;
   std::unique_ptr<NcclBroadcaster> b(new NcclBroadcaster);
-  b->rank_ = rank;
-  b->size_ = nranks;
   b->device_ = device;
   cudaStream_t s;
   if (!cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), error)) return nullptr;
