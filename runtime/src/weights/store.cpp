@@ -17,7 +17,7 @@ namespace {
 
 namespace tp = detail::transport;
 
-PublisherOptions options_of(std::uint8_t compression, std::int64_t hold_lease_ms, std::int32_t device = -1) {
+PublisherOptions options_of(std::uint8_t compression, std::int64_t hold_lease_ms, std::int32_t device) {
   if (compression > std::uint8_t(WireCompression::Int8Row)) throw std::invalid_argument("WeightStore: bad compression");
   PublisherOptions o;
   o.compression = static_cast<WireCompression>(compression);
@@ -33,6 +33,11 @@ void fill_pattern(float* p, std::int64_t n, std::uint64_t seed) {
     x ^= x << 13; x ^= x >> 17; x ^= x << 5;
     p[i] = float(std::int32_t(x)) * (1.0f / 2147483648.0f);
   }
+}
+
+[[noreturn]] void not_found(std::uint64_t version) {
+  throw WeightError(WeightError::Kind::NotFound,
+                    "NotFound: version " + (version == kLatestVersion ? std::string("latest") : std::to_string(version)));
 }
 
 // What every manifest of a published `set` says, whatever the path.
@@ -82,14 +87,13 @@ struct WeightStore::Stream {
   }
 };
 
-WeightStore::WeightStore() : publisher_(WeightPublisher::create()), stream_(std::make_shared<Stream>()) {}
+WeightStore::WeightStore() : WeightStore(0, 0, false, -1) {}
 
 WeightStore::WeightStore(std::uint8_t compression, std::int64_t hold_lease_ms)
-    : publisher_(WeightPublisher::create(options_of(compression, hold_lease_ms))), stream_(std::make_shared<Stream>()) {}
+    : WeightStore(compression, hold_lease_ms, false, -1) {}
 
 WeightStore::WeightStore(std::uint8_t compression, std::int64_t hold_lease_ms, bool relay_maps)
-    : publisher_(WeightPublisher::create(options_of(compression, hold_lease_ms))), relay_maps_(relay_maps),
-      stream_(std::make_shared<Stream>()) {}
+    : WeightStore(compression, hold_lease_ms, relay_maps, -1) {}
 
 WeightStore::WeightStore(std::uint8_t compression, std::int64_t hold_lease_ms, bool relay_maps, std::int32_t device)
     : publisher_(WeightPublisher::create(options_of(compression, hold_lease_ms, device))), relay_maps_(relay_maps),
@@ -138,10 +142,7 @@ WeightManifest WeightStore::manifest(std::uint64_t version, std::string subscrib
                         st.running ? "Transfer: this relay is still waiting for the version" : "Transfer: " + st.error);
     }
   }
-  if (!set) {
-    throw WeightError(WeightError::Kind::NotFound,
-                      "NotFound: version " + (version == kLatestVersion ? std::string("latest") : std::to_string(version)));
-  }
+  if (!set) not_found(version);
   WeightManifest m = manifest_of(*set, publisher_->key());
   m.local = caller.nonce == m.origin.nonce && caller.pid == m.origin.pid;
   if (m.local || have == m.version) return m;   // nothing to pin: no transfer follows
@@ -296,8 +297,7 @@ FollowState WeightStore::progress(std::uint64_t version) {
     if (st.running) return {version, 0, 0, false, 0};   // its manifest has not come yet
     if (!st.error.empty()) throw WeightError(WeightError::Kind::Transfer, "Transfer: " + st.error);
   }
-  throw WeightError(WeightError::Kind::NotFound,
-                    "NotFound: version " + (version == kLatestVersion ? std::string("latest") : std::to_string(version)));
+  not_found(version);
 }
 
 void WeightStore::clear() {
@@ -339,10 +339,7 @@ WeightManifest WeightStore::group_pull(std::string group, std::uint64_t epoch, s
   }
   auto set = root->ask(member, version, [this](std::uint64_t v) {
     auto s = publisher_->get(v);
-    if (!s) {
-      throw WeightError(WeightError::Kind::NotFound,
-                        "NotFound: version " + (v == kLatestVersion ? std::string("latest") : std::to_string(v)));
-    }
+    if (!s) not_found(v);
     return s;
   });
   WeightManifest m = manifest_of(*set, publisher_->key());
