@@ -146,20 +146,15 @@ std::vector<int> receiver_counts(std::size_t bytes, bool copies = true) {
   return {1, 2, 4};
 }
 
-// A GPU receiver in its own process: pulls versions into device memory.
+// A GPU receiver in its own process: pulls versions into device memory (`group` named: as a
+// member of that NCCL group of `size` GPUs).
 struct GpuReceiver {
   std::unique_ptr<troupe::WeightSubscriber> sub;
-  void setup(ActorRef<WeightStore> source, std::int32_t device, bool in_place, bool verify) {
+  void setup(ActorRef<WeightStore> source, std::int32_t device, bool in_place, bool verify, std::string group,
+             std::int32_t size) {
     troupe::SubscriberOptions opts;
     opts.device = device;
     opts.map_shared = in_place;
-    opts.verify_mapped = verify;
-    sub = std::make_unique<troupe::WeightSubscriber>(std::move(source), opts);
-  }
-  // As setup(), a member of NCCL group `group` of `size` GPUs.
-  void setup_group(ActorRef<WeightStore> source, std::int32_t device, bool verify, std::string group, std::int32_t size) {
-    troupe::SubscriberOptions opts;
-    opts.device = device;
     opts.verify_mapped = verify;
     opts.nccl_group = std::move(group);
     opts.nccl_group_size = size;
@@ -171,76 +166,45 @@ struct GpuReceiver {
 
 }  // namespace
 
-TROUPE_ACTOR(GpuReceiver, setup, setup_group, pull, clear);
+TROUPE_ACTOR(GpuReceiver, setup, pull, clear);
 
 namespace {
 
-// same_gpu: every round a new version, mirrored on `device` by the publisher before the clock
-// starts; the receivers pull it together. Then one checked round (verify on every receiver).
-std::vector<double> same_gpu(troupe::Runtime& rt, std::size_t bytes, int receivers, int device, bool in_place) {
+// A GPU path: the publisher's store mirrors each version on `device`, receiver i pulls it into
+// GPU gpus[i] — by CUDA IPC from `device` itself (in place or copied), or, with `group` named,
+// by the store's broadcast to that NCCL group (the first, untimed round forms it). Every round a
+// new version, published before the clock starts; the receivers pull it together. Then one
+// checked round (verify on every receiver; a group is formed anew for it). Throws when a group's
+// round did not go by its broadcast (another path would be timed under its name).
+std::vector<double> gpu_rounds(troupe::Runtime& rt, std::size_t bytes, int device, const std::vector<std::int32_t>& gpus,
+                               bool in_place, const std::string& group) {
   auto procs = troupe::Options{}.process(true);
   auto pub = rt.spawn<WeightStore>(procs, std::uint8_t(0), std::int64_t(60000), false, std::int32_t(device));
   std::vector<ActorRef<GpuReceiver>> recvs;
-  for (int i = 0; i < receivers; ++i) recvs.push_back(rt.spawn<GpuReceiver>(procs));
-  auto round = [&](std::uint64_t version) {
-    for (auto& r : recvs) r.call(&GpuReceiver::clear).get();
-    pub.call(&WeightStore::publish_synthetic, version, numels(bytes), version).get();
-    auto t0 = Clock::now();
-    std::vector<troupe::Future<std::int32_t>> fs;
-    for (auto& r : recvs) fs.push_back(r.call(&GpuReceiver::pull, version));
-    for (auto& f : fs) {
-      if (f.get() != device) throw std::runtime_error("same_gpu: a receiver's set is not on the device");
-    }
-    return since(t0);
-  };
-  std::vector<double> rounds;
-  for (auto& r : recvs) r.call(&GpuReceiver::setup, pub, std::int32_t(device), in_place, false).get();
-  for (int rep = 0; rep <= g_reps; ++rep) rounds.push_back(round(std::uint64_t(rep + 1)));
-  for (auto& r : recvs) r.call(&GpuReceiver::setup, pub, std::int32_t(device), in_place, true).get();
-  (void)round(std::uint64_t(g_reps + 2));   // throws (the bench fails) on a checksum mismatch
-  for (auto& r : recvs) rt.kill(r);
-  rt.kill(pub);
-  return rounds;
-}
-
-// nccl_group: the publisher's store on `device` is rank 0, receiver k on the k-th other GPU; every
-// round a new version, broadcast once all receivers ask for it. Throws when a round did not go by
-// the group's broadcast (it would time another path). Then one checked round, in a group formed
-// anew.
-std::vector<double> nccl_group(troupe::Runtime& rt, std::size_t bytes, int receivers, int device) {
-  auto procs = troupe::Options{}.process(true);
-  auto pub = rt.spawn<WeightStore>(procs, std::uint8_t(0), std::int64_t(60000), false, std::int32_t(device));
-  std::vector<ActorRef<GpuReceiver>> recvs;
-  std::vector<std::int32_t> gpus;
-  for (int i = 0, g = 0; i < receivers; ++i, ++g) {
-    if (g == device) ++g;
-    recvs.push_back(rt.spawn<GpuReceiver>(procs));
-    gpus.push_back(g);
-  }
-  const std::string group = "bench-" + std::to_string(bytes) + "-" + std::to_string(receivers);
+  for (std::size_t i = 0; i < gpus.size(); ++i) recvs.push_back(rt.spawn<GpuReceiver>(procs));
   auto setup = [&](bool verify) {
     for (std::size_t i = 0; i < recvs.size(); ++i) {
-      recvs[i].call(&GpuReceiver::setup_group, pub, gpus[i], verify, group, std::int32_t(receivers + 1)).get();
+      recvs[i].call(&GpuReceiver::setup, pub, gpus[i], in_place, verify, group, std::int32_t(gpus.size() + 1)).get();
     }
   };
+  auto broadcasts = [&] { return pub.call(&WeightStore::stats).get().group_broadcasts; };
   std::uint64_t version = 0;
   auto round = [&] {
     for (auto& r : recvs) r.call(&GpuReceiver::clear).get();
     pub.call(&WeightStore::publish_synthetic, ++version, numels(bytes), version).get();
-    const auto sent = pub.call(&WeightStore::stats).get().group_broadcasts;
+    const auto sent = broadcasts();
     auto t0 = Clock::now();
     std::vector<troupe::Future<std::int32_t>> fs;
     for (auto& r : recvs) fs.push_back(r.call(&GpuReceiver::pull, version));
     for (std::size_t i = 0; i < fs.size(); ++i) {
-      if (fs[i].get() != gpus[i]) throw std::runtime_error("nccl_group: a receiver's set is not on its GPU");
+      if (fs[i].get() != gpus[i]) throw std::runtime_error("weight_sync: a receiver's set is not on its GPU");
     }
     double s = since(t0);
-    // The store counts a broadcast once its side is done, which may be just after the receivers'.
-    for (int i = 0; i < 100 && pub.call(&WeightStore::stats).get().group_broadcasts != sent + 1; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    if (pub.call(&WeightStore::stats).get().group_broadcasts != sent + 1) {
-      throw std::runtime_error("nccl_group: the version did not go by the group's broadcast (see the log)");
+    if (!group.empty()) {   // the store counts a broadcast once its side is done, maybe just after the receivers'
+      for (int i = 0; i < 100 && broadcasts() != sent + 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (broadcasts() != sent + 1) {
+        throw std::runtime_error("nccl_group: the version did not go by the group's broadcast (see the log)");
+      }
     }
     return s;
   };
@@ -265,7 +229,8 @@ int gpu_main(troupe::Runtime& rt, int device, const std::vector<std::size_t>& si
     }
     for (bool in_place : {true, false}) {
       for (int n : {1, 2, 4}) {
-        auto e = rounds_entry("same_gpu", bytes, n, same_gpu(rt, bytes, n, device, in_place), d2d,
+        const std::vector<std::int32_t> same(std::size_t(n), device);
+        auto e = rounds_entry("same_gpu", bytes, n, gpu_rounds(rt, bytes, device, same, in_place, ""), d2d,
                               in_place ? "in_place" : "copy");
         e["reference"] = "cudaMemcpy device to device";
         results.push_back(e);
@@ -278,7 +243,13 @@ int gpu_main(troupe::Runtime& rt, int device, const std::vector<std::size_t>& si
         std::cerr << "weight_sync: nccl_group with " << n << " receivers needs " << n + 1 << " GPUs; skipped\n";
         continue;
       }
-      auto e = rounds_entry("nccl_group", bytes, n, nccl_group(rt, bytes, n, device), d2d, "broadcast");
+      std::vector<std::int32_t> others_gpus;   // every GPU but the publisher's, first n
+      for (std::int32_t g = 0; int(others_gpus.size()) < n; ++g) {
+        if (g != device) others_gpus.push_back(g);
+      }
+      const std::string group = "bench-" + std::to_string(bytes) + "-" + std::to_string(n);
+      auto e = rounds_entry("nccl_group", bytes, n, gpu_rounds(rt, bytes, device, others_gpus, false, group), d2d,
+                            "broadcast");
       e["reference"] = "cudaMemcpy device to device on the publisher's GPU";
       results.push_back(e);
       std::cerr << results.back().dump() << "\n";
