@@ -31,8 +31,8 @@ NCCL_LIB=$(find_nccl 'libnccl.so*')
 [[ -e $NCCL_LIB/libnccl.so.2 ]] || ln -sf "$(ls "$NCCL_LIB"/libnccl.so* | head -1)" "$BUILD/libnccl.so.2"
 export LD_LIBRARY_PATH="$NCCL_LIB:$BUILD${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 echo "== 1. raw CUDA IPC and NCCL: build in $BUILD (nccl: $NCCL_INC, $NCCL_LIB)"
-g++ -std=c++20 -O2 -I"$CUDA/include" -I"$NCCL_INC" -Iruntime/src -DTROUPE_WEIGHTS_GPU=1 -DTROUPE_WEIGHTS_NCCL=1 \
-  runtime/src/weights/gpu_sync.cpp runtime/src/weights/nccl_broadcast.cpp bench/device/weight_sync_check.cpp \
+g++ -std=c++20 -O2 -I"$CUDA/include" -I"$NCCL_INC" -Iweights/src -Ibase/include -DTROUPE_WEIGHTS_GPU=1 -DTROUPE_WEIGHTS_NCCL=1 \
+  weights/src/gpu_sync.cpp weights/src/nccl_broadcast.cpp bench/device/weight_sync_check.cpp \
   -L"$CUDA/lib64" -Wl,-rpath,"$CUDA/lib64" -lcudart -ldl -lpthread \
   -o "$BUILD/weight_sync_check" || exit 3
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN}

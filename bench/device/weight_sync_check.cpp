@@ -1,4 +1,4 @@
-// Device check of the weight store's GPU paths (runtime/src/weights/gpu_sync.cpp): CUDA IPC from a
+// Device check of the weight store's GPU paths (weights/src/gpu_sync.cpp): CUDA IPC from a
 // publisher process to 1, 2, 4 reader processes on one GPU (each copies the version device-to-
 // device into its own buffer), and an NCCL broadcast over every visible GPU (one rank per GPU, one
 // thread each). Checks bytes, times each against cudaMemcpy D2D of the same size. Prints a table
@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "weights/gpu_sync.hpp"
+#include "gpu_sync.hpp"
 
 namespace gpu = troupe::detail::weights::gpu;
 using Clock = std::chrono::steady_clock;

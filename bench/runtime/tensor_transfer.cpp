@@ -32,9 +32,9 @@
 #include <vector>
 
 #include "../../tests/support/pipe_io.hpp"
-#include "transport/data_plane.hpp"
+#include "troupe/transport/data_plane.hpp"
 
-namespace tp = troupe::detail::transport;
+namespace tp = troupe::transport;
 using troupe::DType;
 using troupe::TensorView;
 using Clock = std::chrono::steady_clock;

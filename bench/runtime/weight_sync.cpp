@@ -35,7 +35,7 @@
 #include "../../tests/integration/cluster_harness.hpp"
 #include "troupe/troupe.hpp"
 #include "troupe/weights.hpp"
-#include "weights/gpu_sync.hpp"
+#include "gpu_sync.hpp"
 
 using troupe::ActorRef;
 using troupe::WeightStore;

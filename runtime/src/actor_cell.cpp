@@ -1,34 +1,27 @@
 #include "actor_cell.hpp"
 
-#include <caf/send.hpp>
+#include <spdlog/spdlog.h>
 
-#include <vector>
+#include <utility>
 
-#include "cluster/call_channel.hpp"
 #include "troupe/actor_ref.hpp"
 
 namespace troupe::detail {
 
-ActorCell::ActorCell(std::uint64_t id, std::string type, std::string label, DeadlineTimer* timer,
-                     std::chrono::nanoseconds default_timeout)
-    : id_(id), type_(std::move(type)), label_(std::move(label)), timer_(timer), default_timeout_(default_timeout) {}
+// What a call needs to be sent (again) on a remote route, beside its CallLink.
+struct CallRecord {
+  std::string method;
+  Payload args;                          // kept while it may be sent: queued, or retryable
+  int attempts = 0;
+  const Route* via = nullptr;            // the route its attempt is on; null: unsent (queued)
+  std::vector<std::uint64_t> regions;    // argument tensors exposed for that attempt
+};
+
+void CallRecordDeleter::operator()(CallRecord* r) const noexcept { delete r; }
+
+ActorCell::ActorCell(CellSpec spec, CallTableEnv env) : spec_(std::move(spec)), env_(env) {}
 
 ActorCell::~ActorCell() { mark_dead("was released"); }
-
-void ActorCell::set_handle(caf::actor handle) {
-  std::lock_guard lk(mu_);
-  if (!dead()) handle_ = std::move(handle);   // a host that died at birth keeps no handle
-}
-
-caf::actor ActorCell::handle() const {
-  std::lock_guard lk(mu_);
-  return handle_;
-}
-
-void ActorCell::make_remote(RemoteSettings settings) {
-  remote_ = std::make_unique<Remote>();
-  remote_->settings = std::move(settings);
-}
 
 void ActorCell::link(const std::shared_ptr<StateBase>& call) {
   CallLink& l = call->call_link;
@@ -37,7 +30,6 @@ void ActorCell::link(const std::shared_ptr<StateBase>& call) {
   l.prev = tail_;
   if (tail_ != nullptr) tail_->call_link.next = call.get(); else head_ = call.get();
   tail_ = call.get();
-  ++count_;
 }
 
 std::shared_ptr<StateBase> ActorCell::unlink(StateBase& call, std::vector<std::uint64_t>* regions) {
@@ -46,38 +38,66 @@ std::shared_ptr<StateBase> ActorCell::unlink(StateBase& call, std::vector<std::u
   if (l.prev != nullptr) l.prev->call_link.next = l.next; else head_ = l.next;
   if (l.next != nullptr) l.next->call_link.prev = l.prev; else tail_ = l.prev;
   l.prev = l.next = nullptr;
-  --count_;
-  if (remote_) {
-    if (auto it = remote_->calls.find(l.seq); it != remote_->calls.end()) {
-      if (regions != nullptr) regions->insert(regions->end(), it->second.regions.begin(), it->second.regions.end());
-      remote_->calls.erase(it);
-    }
-    remote_->states.erase(l.seq);
+  if (l.record) {
+    if (regions != nullptr) regions->insert(regions->end(), l.record->regions.begin(), l.record->regions.end());
+    recorded_.erase(l.seq);
+    l.record.reset();
   }
   return std::move(l.self);
 }
 
+void ActorCell::release(std::vector<std::uint64_t>& regions) const {
+  if (!regions.empty() && env_.release != nullptr) env_.release(regions);
+  regions.clear();
+}
+
 void ActorCell::submit(const char* method, Payload args, std::shared_ptr<StateBase> call,
                        std::chrono::nanoseconds timeout) {
-  if (timeout.count() <= 0) timeout = default_timeout_;
-  if (remote_) {
-    std::lock_guard send(remote_->send_mu);
-    submit_remote(method, std::move(args), call);
-  } else {
-    caf::actor dest;
-    std::string dead_reason;
+  if (timeout.count() <= 0) timeout = spec_.default_timeout;
+  std::shared_ptr<Route> local;
+  std::uint64_t seq = 0;
+  bool is_dead = false;
+  {
+    std::lock_guard lk(mu_);
+    is_dead = dead();
+    if (!is_dead && route_local_) {   // the fast path: a local route never changes once bound
+      link(call);
+      seq = call->call_link.seq;
+      local = route_;
+    }
+  }
+  if (local) {
+    local->send(Attempt{seq, method, std::move(args), call});
+  } else if (!is_dead) {
+    std::lock_guard send(send_mu_);
+    std::shared_ptr<Route> route;
     {
       std::lock_guard lk(mu_);
-      if (dead()) dead_reason = death_reason_;
-      else { link(call); dest = handle_; }
+      is_dead = dead();
+      if (!is_dead) {
+        link(call);
+        seq = call->call_link.seq;
+        route = route_;
+        auto rec = std::unique_ptr<CallRecord, CallRecordDeleter>(new CallRecord{method, {}, 0, nullptr, {}});
+        if (!route) rec->args = std::move(args);                   // queued: sent from here at bind
+        else if (spec_.max_retries > 0) rec->args = args;          // it may be sent again
+        if (route) { rec->via = route.get(); rec->attempts = 1; }  // on it from now: unbind() sees it
+        call->call_link.record = std::move(rec);
+        recorded_[seq] = call.get();
+      }
     }
-    if (!dest) {   // dead: fail outside the lock, callbacks may call back into this cell
-      call->fail(Error{ErrorCode::ActorDied, label_ + " " + dead_reason});
-      return;
-    }
-    caf::anon_send(dest, CallMsg{call, method, std::move(args)});
+    if (route) deliver(*route, Pending{seq, method, std::move(args), call});
   }
-  if (timeout.count() > 0 && timer_ != nullptr) {
+  if (is_dead) {   // failed outside the lock: callbacks may call back into this cell
+    std::string reason;
+    {
+      std::lock_guard lk(mu_);
+      reason = death_reason_;
+    }
+    call->fail(Error{ErrorCode::ActorDied, spec_.label + " " + reason});
+    return;
+  }
+  if (timeout.count() > 0 && env_.timer != nullptr) {
     // Scheduled after linking: a timer that fires before the key is stored finds the call
     // linked and fails it; one that fires after completion finds it unlinked and does nothing.
     auto key = schedule_deadline(call, method, timeout);
@@ -86,125 +106,83 @@ void ActorCell::submit(const char* method, Payload args, std::shared_ptr<StateBa
   }
 }
 
-void ActorCell::submit_remote(const char* method, Payload args, std::shared_ptr<StateBase> call) {
-  std::optional<RemoteBinding> b;
-  std::uint64_t seq = 0;
-  std::string dead_reason;
-  {
-    std::lock_guard lk(mu_);
-    if (dead()) {
-      dead_reason = death_reason_;
-    } else {
-      link(call);
-      seq = call->call_link.seq;
-      remote_->states[seq] = call;
-      b = remote_->binding;
-      // The record keeps the arguments only while they may still be sent: queued (not bound yet)
-      // or retryable. A bound call without retries is sent from `args` right below.
-      Payload kept = !b ? std::move(args) : remote_->settings.max_retries > 0 ? args : Payload{};
-      remote_->calls[seq] = RemoteCall{method, std::move(kept), 0, false, {}};
-    }
-  }
-  if (seq == 0) {
-    call->fail(Error{ErrorCode::ActorDied, label_ + " " + dead_reason});
+void ActorCell::deliver(Route& route, Pending p) {
+  std::shared_ptr<StateBase> call = p.state;
+  Sent sent = route.send(Attempt{p.seq, p.method, std::move(p.args), std::move(p.state)});
+  if (sent.error) {
+    release(sent.regions);
+    if (auto s = take(*call)) s->fail(std::move(*sent.error));
     return;
   }
-  if (b) send_remote(seq, *b, method, args);
-}
-
-void ActorCell::send_remote(std::uint64_t seq, const RemoteBinding& b, const std::string& method,
-                            const Payload& args) {
-  WireCall wc;
-  WirePayload wp;
-  try {
-    wp = to_wire(args);
-  } catch (const std::exception& e) {
-    std::shared_ptr<StateBase> s;
-    {
-      std::lock_guard lk(mu_);
-      if (auto it = remote_->states.find(seq); it != remote_->states.end()) {
-        if (auto st = it->second.lock()) s = unlink(*st);
-      }
-    }
-    if (s) s->fail(Error{ErrorCode::Unavailable, "could not send tensor arguments: " + std::string(e.what())});
-    return;
-  }
+  if (sent.regions.empty() && sent.via == &route) return;
   {
     std::lock_guard lk(mu_);
-    auto it = remote_->calls.find(seq);
-    if (it == remote_->calls.end()) {   // completed (timed out) meanwhile
-      release_regions(wp.regions);
-      return;
+    CallRecord* rec = call->call_link.self ? call->call_link.record.get() : nullptr;
+    if (rec != nullptr && rec->via == &route) {   // still this attempt (a reply may have come first)
+      rec->via = sent.via;
+      rec->regions = std::move(sent.regions);
     }
-    it->second.sent = true;
-    it->second.attempts += 1;
-    it->second.regions = wp.regions;
-    it->second.on_channel = b.channel != nullptr;   // corrected below in the rare fallback
   }
-  wc.actor_id = id_;
-  wc.incarnation = b.incarnation;
-  wc.seq = seq;
-  wc.method = method;
-  wc.args = std::move(wp.bytes);
-  wc.tensors = std::move(wp.tensors);
-  if (b.channel && b.channel->send(wc)) return;
-  if (b.channel) {   // it broke: this attempt goes through the middleman after all
-    std::lock_guard lk(mu_);
-    if (auto it = remote_->calls.find(seq); it != remote_->calls.end()) it->second.on_channel = false;
-  }
-  // Through the middleman. `settings` is fixed by make_remote(): no lock. (A channel presents the
-  // token once per connection and routes replies itself: neither field travels on it.)
-  wc.token = remote_->settings.token;
-  wc.reply_to = remote_->settings.reply_to;
-  caf::anon_send(b.host, std::move(wc));
+  release(sent.regions);   // the call was answered already: the callee is done with them
 }
 
-void ActorCell::bind(RemoteBinding b) {
-  std::lock_guard send(remote_->send_mu);
-  std::vector<std::pair<std::uint64_t, std::pair<std::string, Payload>>> queued;
+ActorCell::Pending ActorCell::take_for_send_locked(std::uint64_t seq, const Route* route) {
+  StateBase* st = recorded_.at(seq);
+  CallRecord& rec = *st->call_link.record;
+  rec.via = route;
+  rec.attempts += 1;
+  Payload args = spec_.max_retries > 0 ? rec.args : std::move(rec.args);
+  return Pending{seq, rec.method, std::move(args), st->call_link.self};
+}
+
+void ActorCell::bind(std::shared_ptr<Route> route) {
+  std::lock_guard send(send_mu_);
+  std::vector<Pending> queued;
   {
     std::lock_guard lk(mu_);
     if (dead()) return;
-    remote_->binding = b;
-    for (auto& [seq, rc] : remote_->calls) {
-      if (!rc.sent) queued.push_back({seq, {rc.method, rc.args}});
+    for (StateBase* c = head_; c != nullptr; c = c->call_link.next) {
+      const auto& rec = c->call_link.record;
+      if (rec && rec->via == nullptr) queued.push_back(take_for_send_locked(c->call_link.seq, route.get()));
     }
   }
-  ready_.set_value();
-  for (auto& [seq, m] : queued) send_remote(seq, b, m.first, m.second);
+  // Sent before the route is published: no newer call can overtake them (slow-path submits wait
+  // for send_mu_, and the fast path needs a published local route).
+  for (auto& p : queued) deliver(*route, std::move(p));
+  std::lock_guard lk(mu_);
+  route_local_ = route->local();
+  route_incarnation_ = route->incarnation();
+  route_ = std::move(route);
 }
 
-// Under send_mu and mu_: the sent calls that `lost` selects lost their attempt. Their argument
-// regions go to `regions`; those with a retry left are marked unsent and their seqs returned (in
-// submission order), the others are unlinked into `failed`.
-std::vector<std::uint64_t> ActorCell::withdraw_locked(const std::function<bool(const RemoteCall&)>& lost,
+std::vector<std::uint64_t> ActorCell::withdraw_locked(const std::function<bool(const Route*)>& lost,
                                                       std::vector<std::shared_ptr<StateBase>>& failed,
                                                       std::vector<std::uint64_t>& regions) {
-  std::vector<std::uint64_t> retry, give_up;
-  for (auto& [seq, rc] : remote_->calls) {
-    if (!rc.sent || !lost(rc)) continue;
-    regions.insert(regions.end(), rc.regions.begin(), rc.regions.end());
-    rc.regions.clear();
-    if (rc.attempts <= remote_->settings.max_retries) {
-      rc.sent = false;
-      retry.push_back(seq);
+  std::vector<std::uint64_t> retry;
+  std::vector<StateBase*> give_up;
+  for (StateBase* c = head_; c != nullptr; c = c->call_link.next) {
+    CallRecord* rec = c->call_link.record.get();
+    if (rec == nullptr || rec->via == nullptr || !lost(rec->via)) continue;
+    regions.insert(regions.end(), rec->regions.begin(), rec->regions.end());
+    rec->regions.clear();
+    if (rec->attempts <= spec_.max_retries) {
+      rec->via = nullptr;
+      retry.push_back(c->call_link.seq);
     } else {
-      give_up.push_back(seq);
+      give_up.push_back(c);
     }
   }
-  for (auto seq : give_up) {
-    if (auto st = remote_->states[seq].lock()) {
-      if (auto s = unlink(*st, &regions)) failed.push_back(std::move(s));
-    }
+  for (StateBase* c : give_up) {
+    if (auto s = unlink(*c, &regions)) failed.push_back(std::move(s));
   }
   return retry;
 }
 
-void ActorCell::fail_withdrawn(std::vector<std::shared_ptr<StateBase>>& failed, std::vector<std::uint64_t>& regions,
-                               const Error& error) {
-  release_regions(regions);
-  for (auto& s : failed) {
-    if (s->call_link.has_deadline) timer_->cancel(s->call_link.deadline);
+void ActorCell::fail_all(std::vector<std::shared_ptr<StateBase>>& calls, std::vector<std::uint64_t>& regions,
+                         const Error& error) {
+  release(regions);
+  for (auto& s : calls) {
+    if (s->call_link.has_deadline && env_.timer != nullptr) env_.timer->cancel(s->call_link.deadline);
     s->fail(error);
   }
 }
@@ -212,80 +190,70 @@ void ActorCell::fail_withdrawn(std::vector<std::shared_ptr<StateBase>>& failed, 
 void ActorCell::unbind(std::uint64_t incarnation, const std::string& reason) {
   std::vector<std::shared_ptr<StateBase>> failed;
   std::vector<std::uint64_t> regions;
+  std::shared_ptr<Route> gone;   // destroyed outside the locks
   {
-    std::lock_guard send(remote_->send_mu);
+    std::lock_guard send(send_mu_);
     std::lock_guard lk(mu_);
-    if (!remote_->binding || remote_->binding->incarnation != incarnation) return;
-    remote_->binding.reset();
-    (void)withdraw_locked([](const RemoteCall&) { return true; }, failed, regions);   // resent at the next bind
+    if (!route_ || route_local_ || route_incarnation_ != incarnation) return;
+    gone = std::move(route_);
+    route_incarnation_ = 0;
+    (void)withdraw_locked([](const Route*) { return true; }, failed, regions);   // resent at the next bind
   }
-  fail_withdrawn(failed, regions, Error{ErrorCode::ActorDied, label_ + " " + reason});
+  fail_all(failed, regions, Error{ErrorCode::ActorDied, spec_.label + " " + reason});
 }
 
-void ActorCell::drop_channel(const cluster::CallChannel* channel, const std::string& reason) {
+void ActorCell::route_broken(const Route* broken, const std::string& reason) {
   std::vector<std::shared_ptr<StateBase>> failed;
   std::vector<std::uint64_t> regions;
+  std::shared_ptr<Route> gone;
   {
-    std::lock_guard send(remote_->send_mu);
-    std::vector<std::pair<std::uint64_t, std::pair<std::string, Payload>>> resend;
-    RemoteBinding b;
+    std::lock_guard send(send_mu_);
+    std::shared_ptr<Route> next;
+    std::vector<Pending> resend;
     {
       std::lock_guard lk(mu_);
-      if (!remote_->binding || remote_->binding->channel.get() != channel) return;
-      remote_->binding->channel.reset();
-      b = *remote_->binding;
-      for (auto seq : withdraw_locked([](const RemoteCall& rc) { return rc.on_channel; }, failed, regions)) {
-        const auto& rc = remote_->calls[seq];
-        resend.push_back({seq, {rc.method, rc.args}});
+      if (!route_ || route_.get() != broken) return;
+      next = route_->fallback();
+      for (auto seq : withdraw_locked([broken](const Route* via) { return via == broken; }, failed, regions)) {
+        if (next) resend.push_back(take_for_send_locked(seq, next.get()));
       }
+      gone = std::move(route_);
+      route_ = next;   // null: later calls queue until the next bind
+      route_local_ = next && next->local();
+      route_incarnation_ = next ? next->incarnation() : 0;
     }
-    for (auto& [seq, m] : resend) send_remote(seq, b, m.first, m.second);   // now, through the middleman
+    for (auto& p : resend) deliver(*next, std::move(p));
   }
-  fail_withdrawn(failed, regions, Error{ErrorCode::Unavailable, label_ + " " + reason + " (the call may have run)"});
+  fail_all(failed, regions, Error{ErrorCode::Unavailable, spec_.label + " " + reason + " (the call may have run)"});
 }
 
-std::optional<RemoteBinding> ActorCell::binding() const {
+std::shared_ptr<Route> ActorCell::route() const {
   std::lock_guard lk(mu_);
-  return remote_ ? remote_->binding : std::nullopt;
+  return route_;
 }
 
-void ActorCell::on_reply(const WireReply& r) {
+std::shared_ptr<StateBase> ActorCell::take_reply(std::uint64_t incarnation, std::uint64_t seq) {
   std::shared_ptr<StateBase> state;
   std::vector<std::uint64_t> regions;
   {
     std::lock_guard lk(mu_);
-    if (!remote_ || !remote_->binding || remote_->binding->incarnation != r.incarnation) return;   // FT-2
-    auto it = remote_->states.find(r.seq);
-    if (it == remote_->states.end()) return;
-    if (auto st = it->second.lock()) state = unlink(*st, &regions);
+    if (!route_ || route_incarnation_ != incarnation) return nullptr;   // FT-2
+    auto it = recorded_.find(seq);
+    if (it == recorded_.end()) return nullptr;
+    state = unlink(*it->second, &regions);
   }
-  release_regions(regions);   // the callee has finished with our argument tensors
-  if (!state) return;
-  if (state->call_link.has_deadline) timer_->cancel(state->call_link.deadline);
-  if (r.code != 0) {
-    bool known = r.code > 0 && r.code <= static_cast<int>(ErrorCode::Internal);
-    state->fail(Error{known ? static_cast<ErrorCode>(r.code) : ErrorCode::Internal, r.error});
-    return;
-  }
-  std::vector<std::uint64_t> fetched;
-  try {
-    Payload p = from_wire(r.result, r.tensors, std::chrono::seconds(60), &fetched);
-    state->complete_from(p);
-  } catch (const CallError& e) {
-    state->fail(e.error());
-  } catch (const std::exception& e) {
-    state->fail(Error{ErrorCode::BadArguments, std::string("reply did not decode: ") + e.what()});
-  }
-  if (!fetched.empty() && r.gateway) caf::anon_send(r.gateway, WireRelease{fetched});
+  release(regions);   // the callee has finished with our argument tensors
+  if (state && state->call_link.has_deadline && env_.timer != nullptr) env_.timer->cancel(state->call_link.deadline);
+  return state;
 }
 
-DeadlineTimer::Key ActorCell::schedule_deadline(const std::shared_ptr<StateBase>& call, const char* method,
-                                                std::chrono::nanoseconds timeout) {
+Timer::Key ActorCell::schedule_deadline(const std::shared_ptr<StateBase>& call, const char* method,
+                                        std::chrono::nanoseconds timeout) {
   std::weak_ptr<ActorCell> weak_cell = weak_from_this();
   std::weak_ptr<StateBase> weak_call = call;
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
-  std::string what = label_ + "." + method + " took longer than " + std::to_string(ms) + " ms";
-  return timer_->schedule(DeadlineTimer::Clock::now() + timeout, [weak_cell, weak_call, what = std::move(what)] {
+  std::string what = spec_.label + "." + method + " took longer than " + std::to_string(ms) + " ms";
+  return env_.timer->schedule(Timer::Clock::now() + timeout, [weak_cell, weak_call, what = std::move(what)] {
     auto cell = weak_cell.lock();
     auto call = weak_call.lock();
     if (cell && call) cell->fail_call(*call, Error{ErrorCode::Timeout, what});
@@ -299,8 +267,8 @@ std::shared_ptr<StateBase> ActorCell::take(StateBase& call) {
     std::lock_guard lk(mu_);
     keep = unlink(call, &regions);
   }
-  release_regions(regions);
-  if (keep && call.call_link.has_deadline) timer_->cancel(call.call_link.deadline);
+  release(regions);
+  if (keep && call.call_link.has_deadline && env_.timer != nullptr) env_.timer->cancel(call.call_link.deadline);
   return keep;
 }
 
@@ -312,32 +280,25 @@ void ActorCell::fail_call(StateBase& call, Error error) {
   if (auto s = take(call)) s->fail(std::move(error));
 }
 
-caf::actor ActorCell::mark_dead(const std::string& reason) {
+bool ActorCell::mark_dead(const std::string& reason) {
   std::vector<std::shared_ptr<StateBase>> calls;
   std::vector<std::uint64_t> regions;
-  caf::actor handle;
+  std::shared_ptr<Route> route;
   {
     std::lock_guard lk(mu_);
-    if (dead()) return {};
+    if (dead()) return false;
     dead_.store(true, std::memory_order_release);
     death_reason_ = reason;
-    calls.reserve(count_);
     while (head_ != nullptr) calls.push_back(unlink(*head_, &regions));
-    handle.swap(handle_);
-    if (remote_) remote_->binding.reset();
+    route = std::move(route_);   // a local route holds its host: let go of it (the host holds this cell)
+    route_local_ = false;
+    route_incarnation_ = 0;
   }
-  release_regions(regions);
-  ready_.set_error(Error{ErrorCode::ActorDied, label_ + " " + reason});
-  for (auto& call : calls) {
-    if (call->call_link.has_deadline) timer_->cancel(call->call_link.deadline);
-    call->fail(Error{ErrorCode::ActorDied, label_ + " " + reason});
-  }
-  return handle;
-}
-
-std::size_t ActorCell::in_flight() const {
-  std::lock_guard lk(mu_);
-  return count_;
+  Error error{ErrorCode::ActorDied, spec_.label + " " + reason};
+  ready_.set_error(error);
+  fail_all(calls, regions, error);
+  if (route) route->stop();
+  return true;
 }
 
 // --- the non-template half of ActorRef -------------------------------------------------------------
@@ -348,6 +309,23 @@ void submit_call(const std::shared_ptr<ActorCell>& cell, const char* method, Pay
     return;
   }
   cell->submit(method, std::move(args), std::move(state), timeout);
+}
+
+void submit_tell(const std::shared_ptr<ActorCell>& cell, const char* method, Payload args) {
+  if (!cell) {
+    spdlog::warn("tell {}: through an empty ActorRef; dropped", method);
+    return;
+  }
+  auto state = std::make_shared<State<void>>();
+  StateBase* raw = state.get();   // the callback runs while the state completes: it is alive
+  state->on_ready([raw, what = cell->label() + "." + method] {
+    if (raw->has_error()) spdlog::warn("tell {} failed: {}", what, raw->error().to_string());
+  });
+  cell->submit(method, std::move(args), std::move(state), std::chrono::nanoseconds(0));
+}
+
+void log_untold(const char* method, const Error& error) {
+  spdlog::warn("tell {}: not sent: {}", method, error.to_string());
 }
 
 std::uint64_t cell_id(const ActorCell& cell) { return cell.id(); }

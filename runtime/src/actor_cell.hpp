@@ -1,25 +1,23 @@
-// ActorCell: the caller-side record of one actor, shared by every ActorRef to it. It owns where
-// the actor is (a local host, or a remote gateway and incarnation) and the list of its calls in
-// flight, so that a death, a kill or a deadline fails exactly the calls it concerns (FT-1), and
-// a restart retries them in submission order (the list's order).
+// ActorCell: the call table of one actor, shared by every ActorRef to it. It holds the actor's
+// calls in flight in submission order and decides each one's fate: sent on the route the actor is
+// bound to (route.hpp), queued while it has none, resent in order after a restart or a broken
+// route (max_retries), failed with ActorDied on death, with Unavailable when a route broke under
+// a live actor and no retry is left, with Timeout at its deadline (FT-1). Replies from another
+// incarnation are ignored (FT-2). It knows no CAF and no socket: its routes and its env do.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
-#include <caf/actor.hpp>
-#include <caf/allowed_unsafe_message_type.hpp>
-
-#include "cluster/wire.hpp"
 #include "deadline_timer.hpp"
+#include "route.hpp"
 #include "spin_lock.hpp"
 #include "troupe/codec.hpp"
 #include "troupe/detail/state.hpp"
@@ -27,137 +25,108 @@
 
 namespace troupe::detail {
 
-// The message a caller sends to a local actor's host. The payload's tensors are views.
-struct CallMsg {
-  std::shared_ptr<StateBase> call;   // its call_link is guarded by the cell
-  std::string method;
-  Payload args;
+// The table's dependencies, injected: tests pass a manual timer and a counting release.
+struct CallTableEnv {
+  Timer* timer = nullptr;                                               // deadlines; null: none fire
+  void (*release)(const std::vector<std::uint64_t>& regions) = nullptr;   // regions of an ended attempt
 };
 
-}  // namespace troupe::detail
-
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::detail::CallMsg)
-
-namespace troupe::cluster {
-class CallChannel;
-}
-
-namespace troupe::detail {
-
-// Where a remote actor runs now.
-struct RemoteBinding {
-  caf::actor gateway;          // the worker process's gateway (a middleman proxy): watched for its death
-  std::string address;         // "host:port" of that gateway
-  caf::actor host;             // the actor's host in that process: calls go straight to it (SEC-1
-                               // and FT-2 are checked there)
-  std::uint64_t incarnation = 0;
-  std::shared_ptr<cluster::CallChannel> channel;   // the fast path to that process; null: the host
-};
-
-// What a remote cell needs to build and retry calls.
-struct RemoteSettings {
-  std::string token;
-  caf::actor reply_to;         // this process's router
-  int max_retries = 0;         // resends of a call whose actor died while it was in flight
+struct CellSpec {
+  std::uint64_t id = 0;
+  std::string type;                               // the registered type name
+  std::string label;                              // "counter#3", in errors and logs
+  std::chrono::nanoseconds default_timeout{0};    // a call's deadline when it sets none; 0: none
+  int max_retries = 0;                            // resends of a call whose attempt was lost
+  bool remote = false;                            // hosted by another process (killed through the head)
 };
 
 class ActorCell : public std::enable_shared_from_this<ActorCell> {
  public:
-  ActorCell(std::uint64_t id, std::string type, std::string label, DeadlineTimer* timer,
-            std::chrono::nanoseconds default_timeout);
-  ~ActorCell();
+  ActorCell(CellSpec spec, CallTableEnv env);
+  ~ActorCell();   // mark_dead("was released")
+  ActorCell(const ActorCell&) = delete;
+  ActorCell& operator=(const ActorCell&) = delete;
 
-  std::uint64_t id() const { return id_; }
-  const std::string& type() const { return type_; }
-  const std::string& label() const { return label_; }
+  std::uint64_t id() const { return spec_.id; }
+  const std::string& type() const { return spec_.type; }
+  const std::string& label() const { return spec_.label; }
+  bool remote() const { return spec_.remote; }
 
-  // Local actors: the host's handle.
-  void set_handle(caf::actor handle);
-  caf::actor handle() const;
-  // Remote actors: makes this cell remote; calls queue until bind().
-  void make_remote(RemoteSettings settings);
-  bool is_remote() const { return remote_ != nullptr; }
+  // Sends the call on the bound route, queues it while none is, or fails it at once if the actor
+  // is dead. `timeout` <= 0 takes the cell's default. Never throws.
+  void submit(const char* method, Payload args, std::shared_ptr<StateBase> state, std::chrono::nanoseconds timeout);
 
-  // Sends a call, queues it (remote, not bound yet), or fails it at once if the actor is dead.
-  void submit(const char* method, Payload args, std::shared_ptr<StateBase> state,
-              std::chrono::nanoseconds timeout);
+  // The actor runs behind `route` now (its first incarnation, or a new one): queued calls, and
+  // those being retried, are sent on it in submission order before any newer call.
+  void bind(std::shared_ptr<Route> route);
+  // The route to `incarnation` is gone with its process: calls sent on it are resent at the next
+  // bind when max_retries allows, else fail with ActorDied; later calls queue until bind().
+  void unbind(std::uint64_t incarnation, const std::string& reason);
+  // `route` broke with the actor possibly alive: the table moves to route->fallback(); calls sent
+  // on it are resent there when max_retries allows, else fail with Unavailable (they may have run).
+  void route_broken(const Route* route, const std::string& reason);
+  std::shared_ptr<Route> route() const;
 
-  // Host side of a local call: the reply or failure. A call already failed ignores it.
+  // Local routes: the host completes the call it was handed. A call already done ignores it.
   void complete(StateBase& call, const Payload& reply);
   void fail_call(StateBase& call, Error error);
+  // Remote routes: the call that a reply of (incarnation, seq) answers, taken out of the table
+  // (its regions released, its deadline cancelled) for the caller to complete; null when it is no
+  // call in flight on the bound incarnation (FT-2) or was done already.
+  std::shared_ptr<StateBase> take_reply(std::uint64_t incarnation, std::uint64_t seq);
 
-  // Remote: the actor now runs at `b`; queued and retried calls are sent, in order.
-  void bind(RemoteBinding b);
-  // Remote: the process hosting incarnation `incarnation` died or was replaced. Calls sent to it
-  // are retried (max_retries) or fail with ActorDied; later calls queue until bind().
-  void unbind(std::uint64_t incarnation, const std::string& reason);
-  // The binding's call channel `channel` broke with the actor possibly alive: the binding goes on
-  // through the middleman; calls whose attempt went over that channel get no reply from it, so
-  // they are resent when max_retries allows, else fail with Unavailable (they may have run).
-  void drop_channel(const cluster::CallChannel* channel, const std::string& reason);
-  std::optional<RemoteBinding> binding() const;
-  // Remote: a reply arrived (on the router's thread). Pulls its tensors and completes the call.
-  void on_reply(const WireReply& r);
-
-  // Marks the actor dead and fails every call in flight with ActorDied(reason). Returns the
-  // handle it held (to be stopped by the caller), or an invalid one if it was already dead.
-  caf::actor mark_dead(const std::string& reason);
+  // Marks the actor dead: every call in flight fails with ActorDied(reason), later ones at once,
+  // and the route is stopped (a local host exits). False if it was dead already.
+  bool mark_dead(const std::string& reason);
   bool dead() const { return dead_.load(std::memory_order_acquire); }
-  std::size_t in_flight() const;
   // Completes when the actor's constructor has run (or fails if it threw / the actor died).
   Future<void> ready() const { return ready_.future(); }
   void set_ready() { ready_.set_value(); }
 
  private:
-  struct RemoteCall {
+  struct Pending {   // a call to send on a route, taken from the table under its lock
+    std::uint64_t seq;
     std::string method;
     Payload args;
-    int attempts = 0;
-    bool sent = false;
-    bool on_channel = false;              // this attempt went over the binding's call channel
-    std::vector<std::uint64_t> regions;   // argument tensors exposed for this attempt
-  };
-  struct Remote {
-    RemoteSettings settings;
-    std::optional<RemoteBinding> binding;
-    std::map<std::uint64_t, RemoteCall> calls;         // by seq: submission order
-    std::map<std::uint64_t, std::weak_ptr<StateBase>> states;
-    std::mutex send_mu;   // orders sends: a rebind's resends go out before newer calls
+    std::shared_ptr<StateBase> state;
   };
 
-  std::shared_ptr<StateBase> take(StateBase& call);       // unlinks; null if already done
-  void link(const std::shared_ptr<StateBase>& call);     // lock held
-  // Lock held. For remote cells also drops the call's record, moving its exposed argument
-  // regions to `regions` (to release once the lock is dropped).
+  void link(const std::shared_ptr<StateBase>& call);     // mu_ held
+  // mu_ held. Unlinks the call; its exposed regions go to `regions`. Null if already done.
   std::shared_ptr<StateBase> unlink(StateBase& call, std::vector<std::uint64_t>* regions = nullptr);
-  // unbind() and drop_channel(): withdraw the lost attempts of calls in flight (under send_mu and
-  // mu_), then release their regions and fail those without a retry left (no lock held).
-  std::vector<std::uint64_t> withdraw_locked(const std::function<bool(const RemoteCall&)>& lost,
+  std::shared_ptr<StateBase> take(StateBase& call);       // unlinks, releases, cancels the deadline
+  // send_mu_ held, mu_ not: one attempt, and what it left behind.
+  void deliver(Route& route, Pending p);
+  // send_mu_ and mu_ held: calls in flight on a route that `lost` selects lost their attempt.
+  // Those with a retry left become unsent (their seqs returned, in order); the others go to `failed`.
+  std::vector<std::uint64_t> withdraw_locked(const std::function<bool(const Route*)>& lost,
                                              std::vector<std::shared_ptr<StateBase>>& failed,
                                              std::vector<std::uint64_t>& regions);
-  void fail_withdrawn(std::vector<std::shared_ptr<StateBase>>& failed, std::vector<std::uint64_t>& regions,
-                      const Error& error);
-  DeadlineTimer::Key schedule_deadline(const std::shared_ptr<StateBase>& call, const char* method,
-                                       std::chrono::nanoseconds timeout);
-  void submit_remote(const char* method, Payload args, std::shared_ptr<StateBase> call);
-  // Builds and sends one attempt of call `seq` (send_mu held, mu_ not held).
-  void send_remote(std::uint64_t seq, const RemoteBinding& b, const std::string& method, const Payload& args);
+  // mu_ held: call `seq`, about to be sent on `route`, as a Pending (its args copied while it
+  // may be resent, else moved out).
+  Pending take_for_send_locked(std::uint64_t seq, const Route* route);
+  void fail_all(std::vector<std::shared_ptr<StateBase>>& calls, std::vector<std::uint64_t>& regions,
+                const Error& error);
+  void release(std::vector<std::uint64_t>& regions) const;
+  Timer::Key schedule_deadline(const std::shared_ptr<StateBase>& call, const char* method,
+                               std::chrono::nanoseconds timeout);
 
-  const std::uint64_t id_;
-  const std::string type_;
-  const std::string label_;
-  DeadlineTimer* const timer_;
-  const std::chrono::nanoseconds default_timeout_;
+  const CellSpec spec_;
+  const CallTableEnv env_;
 
-  mutable SpinLock mu_;
-  caf::actor handle_;
+  std::mutex send_mu_;   // orders sends on remote routes: a rebind's resends before newer calls
+  mutable SpinLock mu_;  // guards everything below
   std::atomic<bool> dead_{false};
   std::string death_reason_;
+  // Published only once every queued call has been sent on it (so newer calls never overtake);
+  // a local route, once bound, is replaced by nothing but death.
+  std::shared_ptr<Route> route_;
+  bool route_local_ = false;
+  std::uint64_t route_incarnation_ = 0;
   StateBase* head_ = nullptr;   // oldest call in flight
   StateBase* tail_ = nullptr;
-  std::size_t count_ = 0;
   std::uint64_t next_seq_ = 1;
-  std::unique_ptr<Remote> remote_;   // set once, before the cell is shared, for remote actors
+  std::unordered_map<std::uint64_t, StateBase*> recorded_;   // calls with a CallRecord, by seq
   Promise<void> ready_;
 };
 

@@ -2,8 +2,7 @@
 
 #include <caf/all.hpp>
 
-#include "cluster/call_channel.hpp"
-#include "cluster/http.hpp"
+#include "troupe/net/token.hpp"
 
 namespace troupe::detail {
 namespace {
@@ -31,7 +30,7 @@ std::string describe_current_exception() {
   }
 }
 
-// Runs `method` on the object; the reply payload, or the error it failed with.
+// Runs `method` on the object: the reply payload, or the error it failed with.
 Result<Payload> invoke(Host* self, const std::string& label, const std::string& method, const Payload& args) {
   const ActorTypeInfo& type = *self->state.type;
   const MethodInfo* m = type.find_method(method);
@@ -39,7 +38,11 @@ Result<Payload> invoke(Host* self, const std::string& label, const std::string& 
   try {
     return m->invoke(self->state.object, args);
   } catch (const DecodeError& e) {
-    return Error{ErrorCode::BadArguments, "arguments of " + type.name + "." + method + ": " + e.what()};
+    return Error{ErrorCode::BadArguments, "arguments of " + type.name + "." + method + ": " + e.error().message};
+  } catch (const CallError& e) {   // a call the method made failed: not this actor's own error
+    return Error{ErrorCode::MethodFailed, label + "." + method + " threw: " + e.what()};
+  } catch (const ErrorException& e) {   // the method's own error, passed on exactly
+    return e.error();
   } catch (...) {
     return Error{ErrorCode::MethodFailed, label + "." + method + " threw: " + describe_current_exception()};
   }
@@ -51,44 +54,54 @@ void run_local(Host* self, ActorCell& cell, const CallMsg& m) {
   if (r.ok()) cell.complete(*m.call, r.value()); else cell.fail_call(*m.call, r.error());
 }
 
-// A call from another process; the reply goes back on its channel (`sink`) or, when it came
-// through the middleman, to the caller's router.
-void run_remote(Host* self, ActorCell& cell, WireCall& wc, ReplySink* sink) {
+// A call from another process, answered on `sink`. Its token is checked here too (a call server
+// fills in the one its connection presented): hosts outside worker processes take none (SEC-1).
+void run_remote(Host* self, ActorCell& cell, WireCall& wc, ReplySink& sink) {
   WireReply reply;
   reply.actor_id = wc.actor_id;
   reply.incarnation = wc.incarnation;
   reply.seq = wc.seq;
   reply.gateway = self->state.ctx.gateway;
-  auto fail = [&](const Error& e) { reply.code = static_cast<std::int32_t>(e.code); reply.error = e.message; };
-  // Callers reach hosts directly: check here too. Hosts outside worker processes take none.
-  if (self->state.ctx.token.empty() || !cluster::token_matches(wc.token, self->state.ctx.token)) {
-    fail(Error{ErrorCode::Unavailable, "refused: missing or wrong cluster token"});
-  } else if (wc.incarnation != self->state.ctx.incarnation) {   // FT-2
-    fail(Error{ErrorCode::ActorDied, cell.label() + " incarnation " + std::to_string(wc.incarnation) + " is gone"});
+  const auto& ctx = self->state.ctx;
+  if (ctx.token.empty() || !net::token_matches(wc.token, ctx.token)) {
+    reply.set_error(Error{ErrorCode::Unavailable, "refused: missing or wrong cluster token"});
+  } else if (wc.incarnation != ctx.incarnation) {   // FT-2
+    reply.set_error(Error{ErrorCode::ActorDied, cell.label() + " incarnation " + std::to_string(wc.incarnation) + " is gone"});
   } else if (cell.dead()) {
-    fail(Error{ErrorCode::ActorDied, cell.label() + " stopped"});
+    reply.set_error(Error{ErrorCode::ActorDied, cell.label() + " stopped"});
   } else {
     try {
-      Payload args = from_wire(std::move(wc.args), wc.tensors, self->state.ctx.fetch_timeout);
+      Payload args = from_wire(std::move(wc.args), wc.tensors, ctx.fetch_timeout);
       auto r = invoke(self, cell.label(), wc.method, args);
       if (r.ok()) {
-        WirePayload out = to_wire(r.value());
+        WirePayload out = to_wire(std::move(r).value());
         reply.result = std::move(out.bytes);
         reply.tensors = std::move(out.tensors);
       } else {
-        fail(r.error());
+        reply.set_error(r.error());
       }
-    } catch (const CallError& e) {
-      fail(e.error());
     } catch (const DecodeError& e) {
-      fail(Error{ErrorCode::BadArguments, std::string("arguments: ") + e.what()});
+      reply.set_error(Error{ErrorCode::BadArguments, "arguments: " + e.error().message});
+    } catch (const ErrorException& e) {
+      reply.set_error(e.error());
     } catch (const std::exception& e) {
-      fail(Error{ErrorCode::Internal, std::string("could not send the result: ") + e.what()});
+      reply.set_error(Error{ErrorCode::Internal, std::string("could not send the result: ") + e.what()});
     }
   }
-  if (sink != nullptr) sink->reply(reply);
-  else if (wc.reply_to) caf::anon_send(wc.reply_to, std::move(reply));
+  sink.reply(reply);
 }
+
+// Replies of middleman calls go to the caller's router.
+class RouterSink final : public ReplySink {
+ public:
+  explicit RouterSink(caf::actor router) : router_(std::move(router)) {}
+  void reply(const WireReply& r) override {
+    if (router_) caf::anon_send(router_, r);
+  }
+
+ private:
+  caf::actor router_;
+};
 
 caf::behavior host(Host* self, std::shared_ptr<ActorCell> cell, const ActorTypeInfo* type, Factory factory,
                    Payload ctor_args, HostContext ctx) {
@@ -106,8 +119,11 @@ caf::behavior host(Host* self, std::shared_ptr<ActorCell> cell, const ActorTypeI
   cell->set_ready();
   return {
       [self, cell](const CallMsg& m) { run_local(self, *cell, m); },
-      [self, cell](WireCall& wc) { run_remote(self, *cell, wc, nullptr); },
-      [self, cell](ChannelCall& cc) { run_remote(self, *cell, cc.call, cc.sink.get()); },
+      [self, cell](WireCall& wc) {
+        RouterSink sink(wc.reply_to);
+        run_remote(self, *cell, wc, sink);
+      },
+      [self, cell](ChannelCall& cc) { run_remote(self, *cell, cc.call, *cc.sink); },
   };
 }
 
@@ -120,5 +136,12 @@ caf::actor spawn_host(caf::actor_system& sys, bool detached, std::shared_ptr<Act
   }
   return sys.spawn(host, std::move(cell), &type, factory, std::move(ctor_args), std::move(ctx));
 }
+
+Sent LocalRoute::send(Attempt a) {
+  caf::anon_send(host_, CallMsg{std::move(a.state), std::string(a.method), std::move(a.args)});
+  return Sent{this, {}, {}};
+}
+
+void LocalRoute::stop() { caf::anon_send_exit(host_, caf::exit_reason::kill); }
 
 }  // namespace troupe::detail

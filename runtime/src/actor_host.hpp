@@ -1,23 +1,56 @@
-// The CAF actor that owns one user object and runs its calls, one at a time, in order: local
-// calls (CallMsg, tensors as views) and, in worker processes, remote ones: ChannelCall from a
-// call channel (answered on it) or WireCall through the middleman (answered to the caller's router).
+// The host: the CAF actor that owns one user object and runs its calls, one at a time, in order.
+// Local calls (CallMsg, tensors as views) arrive by LocalRoute and complete through the cell;
+// calls from other processes (a call channel's ChannelCall, or a WireCall through the middleman)
+// are answered on a ReplySink. Either way the method's outcome is one Result: a value, or the Error
+// it failed with, intact (troupe::ErrorException), or MethodFailed for any other exception.
 #pragma once
 
 #include <chrono>
 #include <memory>
+#include <string>
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
+#include <caf/allowed_unsafe_message_type.hpp>
 
 #include "actor_cell.hpp"
+#include "cluster/wire.hpp"
+#include "route.hpp"
 #include "troupe/registry.hpp"
+
+namespace troupe::detail {
+
+// A call from this process. The payload's tensors are views.
+struct CallMsg {
+  std::shared_ptr<StateBase> call;   // its CallLink is guarded by the cell
+  std::string method;
+  Payload args;
+};
+
+// Where a host sends the reply of a call from another process.
+class ReplySink {
+ public:
+  virtual ~ReplySink() = default;
+  virtual void reply(const WireReply& r) = 0;
+};
+
+// A call from a call channel, as its host receives it (a local CAF message, never serialised).
+struct ChannelCall {
+  WireCall call;
+  std::shared_ptr<ReplySink> sink;
+};
+
+}  // namespace troupe::detail
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::detail::CallMsg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::detail::ChannelCall)
 
 namespace troupe::detail {
 
 struct HostContext {
   caf::actor gateway;                              // set in worker processes
   std::uint64_t incarnation = 0;
-  std::string token;                               // remote calls must carry it (SEC-1)
+  std::string token;                               // middleman calls must carry it (SEC-1)
   std::chrono::milliseconds fetch_timeout{60000};  // pulling a remote call's tensor arguments
 };
 
@@ -25,5 +58,19 @@ struct HostContext {
 // throws, the cell is marked dead with the exception's message and the host stops.
 caf::actor spawn_host(caf::actor_system& sys, bool detached, std::shared_ptr<ActorCell> cell,
                       const ActorTypeInfo& type, Factory factory, Payload ctor_args, HostContext ctx);
+
+// The route to a host in this process: its mailbox.
+class LocalRoute final : public Route {
+ public:
+  explicit LocalRoute(caf::actor host) : host_(std::move(host)) {}
+  std::uint64_t incarnation() const override { return 0; }
+  bool local() const override { return true; }
+  Sent send(Attempt attempt) override;
+  void stop() override;   // the host exits; its running call finishes first
+  const caf::actor& host() const { return host_; }
+
+ private:
+  caf::actor host_;
+};
 
 }  // namespace troupe::detail

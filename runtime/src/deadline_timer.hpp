@@ -1,5 +1,6 @@
-// One thread that fails calls whose deadline has passed. A call schedules itself when it is
-// sent with a deadline and cancels itself when it completes first.
+// Deadlines. A call schedules itself when it is sent with a deadline and cancels itself when it
+// completes first. Timer is the interface the call table uses (tests drive a manual one, with no
+// thread and no sleep); DeadlineTimer fires on one thread of its own.
 #pragma once
 
 #include <chrono>
@@ -13,19 +14,27 @@
 
 namespace troupe::detail {
 
-class DeadlineTimer {
+class Timer {
  public:
   using Clock = std::chrono::steady_clock;
   using Key = std::pair<Clock::time_point, std::uint64_t>;
 
+  virtual ~Timer() = default;
+  // Runs `fire` at `when` unless cancelled first. Returns the cancel key. Thread-safe.
+  virtual Key schedule(Clock::time_point when, std::function<void()> fire) = 0;
+  virtual void cancel(const Key& key) = 0;
+};
+
+class DeadlineTimer final : public Timer {
+ public:
   DeadlineTimer();
   ~DeadlineTimer();   // stop()
   DeadlineTimer(const DeadlineTimer&) = delete;
   DeadlineTimer& operator=(const DeadlineTimer&) = delete;
 
-  // Runs `fire` on the timer thread at `when` unless cancelled first. Returns the cancel key.
-  Key schedule(Clock::time_point when, std::function<void()> fire);
-  void cancel(const Key& key);
+  // `fire` runs on the timer thread.
+  Key schedule(Clock::time_point when, std::function<void()> fire) override;
+  void cancel(const Key& key) override;
   // Drops every pending entry without firing and joins the thread. Idempotent.
   void stop();
 

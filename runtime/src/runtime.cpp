@@ -8,11 +8,11 @@
 #include <stdexcept>
 #include <thread>
 
-#include "cluster/head.hpp"
-#include "cluster/http.hpp"
-#include "cluster/node_daemon.hpp"
-#include "cluster/session.hpp"
 #include "cluster/wire.hpp"
+#include "troupe/embedded_cluster.hpp"
+#include "troupe/ids.hpp"
+#include "troupe/net/address.hpp"
+#include "troupe/net/session.hpp"
 
 namespace troupe {
 namespace detail {
@@ -68,11 +68,17 @@ std::shared_ptr<ActorCell> RuntimeImpl::spawn_hosted(std::uint64_t id, const Act
   return spawn_local(id, type, factory, std::move(ctor_args), opts, std::move(ctx));
 }
 
+caf::actor RuntimeImpl::host_of(const ActorCell& cell) {
+  auto route = std::dynamic_pointer_cast<LocalRoute>(cell.route());
+  return route ? route->host() : caf::actor{};
+}
+
 std::shared_ptr<ActorCell> RuntimeImpl::spawn_local(std::uint64_t id, const ActorTypeInfo& type, Factory factory,
                                                     Payload ctor_args, const Options& opts, HostContext ctx) {
   std::string label = (opts.name().empty() ? type.name : opts.name()) + "#" + std::to_string(id);
   auto timeout = opts.call_timeout().count() > 0 ? opts.call_timeout() : config_.call_timeout;
-  auto cell = std::make_shared<ActorCell>(id, type.name, std::move(label), &timer_, timeout);
+  auto cell = std::make_shared<ActorCell>(CellSpec{id, type.name, std::move(label), timeout},
+                                          CallTableEnv{&timer_, &release_regions});
   {
     std::lock_guard lk(mu_);
     if (shut_down_) {
@@ -81,21 +87,19 @@ std::shared_ptr<ActorCell> RuntimeImpl::spawn_local(std::uint64_t id, const Acto
     }
     cells_[id] = cell;
   }
-  cell->set_handle(spawn_host(*system_, opts.detached(), cell, type, factory, std::move(ctor_args), std::move(ctx)));
+  cell->bind(std::make_shared<LocalRoute>(
+      spawn_host(*system_, opts.detached(), cell, type, factory, std::move(ctor_args), std::move(ctx))));
   spdlog::debug("spawned {}", cell->label());
   return cell;
 }
 
 void RuntimeImpl::kill(const std::shared_ptr<ActorCell>& cell) {
   forget(cell->id());
-  if (cell->is_remote()) {
+  if (cell->remote()) {
     if (client_) client_->kill(cell); else cell->mark_dead("was killed");
     return;
   }
-  if (caf::actor handle = cell->mark_dead("was killed")) {
-    caf::anon_send_exit(handle, caf::exit_reason::kill);
-    spdlog::debug("killed {}", cell->label());
-  }
+  if (cell->mark_dead("was killed")) spdlog::debug("killed {}", cell->label());
 }
 
 std::shared_ptr<ActorCell> RuntimeImpl::find(std::uint64_t id) const {
@@ -129,21 +133,23 @@ cluster::ClusterClient& RuntimeImpl::cluster() {
   if (client_) return *client_;
   cluster::HeadEndpoint head;
   if (!config_.address.empty()) {
-    auto [host, port] = cluster::split_address(config_.address);
-    head = {host, port, config_.token.empty() ? cluster::latest_session_token(config_.session_root) : config_.token};
+    auto [host, port] = net::split_address(config_.address);
+    head = {host, port, config_.token.empty() ? net::latest_session_token(config_.session_root) : config_.token};
     if (head.token.empty()) {
       throw CallError(Error{ErrorCode::Unavailable, "no cluster token: pass --troupe-token-file or set TROUPE_TOKEN"});
     }
   } else {   // an embedded head and node, so a single program needs no daemon
-    std::string session = cluster::make_session_dir(config_.session_root);
-    std::string token = cluster::random_token();
-    cluster::write_private_file((std::filesystem::path(session) / "token").string(), token + "\n");
-    embedded_head_ = std::make_unique<cluster::Head>(cluster::HeadConfig{"127.0.0.1", 0, token, session});
-    embedded_node_ = std::make_unique<cluster::NodeDaemon>(
-        cluster::DaemonConfig{"127.0.0.1", embedded_head_->port(), token, "", "127.0.0.1", session});
-    embedded_node_->start(std::chrono::seconds(10));
-    head = {"127.0.0.1", embedded_head_->port(), token};
-    spdlog::info("embedded cluster at {} (session {})", embedded_head_->address(), session);
+    EmbeddedClusterFactory make = embedded_cluster_factory();
+    if (make == nullptr) {
+      throw CallError(Error{ErrorCode::Unavailable,
+                            "no --address and no embedded cluster in this program: link it with troupe::troupe"});
+    }
+    try {
+      embedded_ = make(EmbeddedClusterSpec{config_.session_root});
+    } catch (const std::exception& e) {
+      throw CallError(Error{ErrorCode::Unavailable, std::string("cannot start the embedded cluster: ") + e.what()});
+    }
+    head = {embedded_->host(), embedded_->port(), embedded_->token()};
   }
   client_ = std::make_unique<cluster::ClusterClient>(*this, *system_, head, &timer_, config_.remote_call_timeout);
   return *client_;
@@ -160,19 +166,13 @@ void RuntimeImpl::shutdown() {
   {
     std::lock_guard lk(cluster_mu_);
     if (client_) client_->stop(/*keep_actors=*/false);   // a driver's actors end with it
-    if (embedded_node_) embedded_node_->stop();   // terminates its worker processes
-    if (embedded_head_) embedded_head_->stop();
+    if (embedded_) embedded_->stop();   // terminates its worker processes
   }
-  for (auto& [id, cell] : cells) {
-    if (caf::actor handle = cell->mark_dead("stopped: the runtime shut down")) {
-      caf::anon_send_exit(handle, caf::exit_reason::kill);
-    }
-  }
+  for (auto& [id, cell] : cells) cell->mark_dead("stopped: the runtime shut down");
   timer_.stop();
   client_.reset();
   system_.reset();   // joins every actor and scheduler thread; running calls finish first
-  embedded_node_.reset();
-  embedded_head_.reset();
+  embedded_.reset();
 }
 
 // --- free functions behind the public templates ----------------------------------------------------

@@ -15,12 +15,8 @@
 #include "actor_host.hpp"
 #include "cluster/client.hpp"
 #include "deadline_timer.hpp"
+#include "troupe/embedded_cluster.hpp"
 #include "troupe/runtime.hpp"
-
-namespace troupe::cluster {
-class Head;
-class NodeDaemon;
-}
 
 namespace troupe::detail {
 
@@ -35,7 +31,8 @@ class RuntimeImpl {
   // Worker processes: hosts cluster actor `id` here.
   std::shared_ptr<ActorCell> spawn_hosted(std::uint64_t id, const ActorTypeInfo& type, Factory factory,
                                           Payload ctor_args, const Options& opts, HostContext ctx);
-  caf::actor host_of(const ActorCell& cell) const { return cell.handle(); }
+  // The host of an actor of this process (worker processes hand it to their call server).
+  static caf::actor host_of(const ActorCell& cell);
   void kill(const std::shared_ptr<ActorCell>& cell);
   std::shared_ptr<ActorCell> find(std::uint64_t id) const;
   std::shared_ptr<ActorCell> resolve(std::uint64_t id, const std::string& type);
@@ -61,8 +58,7 @@ class RuntimeImpl {
   std::unordered_map<std::uint64_t, std::shared_ptr<ActorCell>> cells_;
   std::atomic<std::uint64_t> next_id_{1};
   std::mutex cluster_mu_;
-  std::unique_ptr<cluster::Head> embedded_head_;
-  std::unique_ptr<cluster::NodeDaemon> embedded_node_;
+  std::unique_ptr<EmbeddedCluster> embedded_;
   std::unique_ptr<cluster::ClusterClient> client_;
 };
 

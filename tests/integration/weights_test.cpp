@@ -15,7 +15,7 @@
 #include "support/temp_dir.hpp"
 #include "troupe/troupe.hpp"
 #include "troupe/weights.hpp"
-#include "weights/gpu_sync.hpp"
+#include "gpu_sync.hpp"
 
 using namespace std::chrono_literals;
 using troupe::WeightStore;

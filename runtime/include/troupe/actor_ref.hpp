@@ -23,6 +23,10 @@ class ActorCell;
 // Sends one call; the reply, a failure or the deadline completes `state`. Never throws.
 void submit_call(const std::shared_ptr<ActorCell>& cell, const char* method, Payload args,
                  std::shared_ptr<StateBase> state, std::chrono::nanoseconds timeout);
+// Sends one call whose outcome nobody waits for; a failure is logged. Never throws.
+void submit_tell(const std::shared_ptr<ActorCell>& cell, const char* method, Payload args);
+// Logs a tell that could not even be sent (an unregistered method, unencodable arguments).
+void log_untold(const char* method, const Error& error);
 std::uint64_t cell_id(const ActorCell& cell);
 const std::string& cell_label(const ActorCell& cell);
 const std::string& cell_type(const ActorCell& cell);       // the registered type name
@@ -77,6 +81,29 @@ class ActorRef {
       return make_error_future<R>(Error{ErrorCode::BadArguments, e.what()});
     }
     return call_encoded<R>(name, std::move(p));
+  }
+
+  // Fire and forget: the same call with no future. Nothing waits for it and nothing is returned;
+  // a failure (of encoding, delivery or the method) is logged as a warning. For notices whose
+  // outcome the caller does not need (a release, a progress report).
+  template <class M, class... A>
+  void tell(M method, A&&... args) const {
+    using Tr = detail::MethodTraits<M>;
+    static_assert(std::is_base_of_v<typename Tr::Class, T>, "method of another class");
+    static_assert(sizeof...(A) == Tr::arity, "wrong number of arguments for this method");
+    const char* name = detail::method_name<T>(method);
+    if (name == nullptr) {
+      detail::log_untold("?", Error{ErrorCode::BadArguments, "method not registered with TROUPE_ACTOR"});
+      return;
+    }
+    Payload p;
+    try {
+      p = detail::encode_as(static_cast<typename Tr::Values*>(nullptr), std::forward<A>(args)...);
+    } catch (const std::exception& e) {
+      detail::log_untold(name, Error{ErrorCode::BadArguments, e.what()});
+      return;
+    }
+    detail::submit_tell(cell_, name, std::move(p));
   }
 
   // Calls a method by name with already-chosen argument types (for dynamic callers: CLIs, tests,

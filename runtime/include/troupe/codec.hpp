@@ -16,6 +16,7 @@
 
 #include <msgpack.hpp>
 
+#include "troupe/error.hpp"
 #include "troupe/tensor.hpp"
 
 namespace troupe {
@@ -26,10 +27,11 @@ struct Payload {
   std::vector<TensorView> tensors;    // referenced from `bytes` by slot
 };
 
-// Thrown when bytes do not decode to the expected types; becomes ErrorCode::BadArguments.
-class DecodeError : public std::runtime_error {
+// Thrown when bytes do not decode to the expected types: an ErrorException of BadArguments whose
+// message says what did not match.
+class DecodeError : public ErrorException {
  public:
-  using std::runtime_error::runtime_error;
+  explicit DecodeError(const std::string& what) : ErrorException(Error{ErrorCode::BadArguments, what}) {}
 };
 
 namespace detail {

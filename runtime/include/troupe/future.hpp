@@ -68,7 +68,8 @@ class Future {
   }
 
   // Chains f on the value: Future<U> where U = f(T). An error skips f and propagates; an
-  // exception thrown by f becomes ErrorCode::MethodFailed. f runs on the completing thread.
+  // ErrorException thrown by f fails the result with its Error, any other exception with
+  // ErrorCode::MethodFailed. f runs on the completing thread.
   template <class F>
   auto then(F f) const;
 
@@ -98,7 +99,7 @@ auto Future<T>::then(F f) const {
       else if constexpr (std::is_void_v<T>) { p.set_value(f()); }
       else if constexpr (std::is_void_v<R>) { f(src->value()); p.set_value(); }
       else { p.set_value(f(src->value())); }
-    } catch (const CallError& e) {
+    } catch (const ErrorException& e) {   // f's own Error, or a CallError of a call it made
       p.set_error(e.error());
     } catch (const std::exception& e) {
       p.set_error(Error{ErrorCode::MethodFailed, e.what()});

@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include <caf/all.hpp>
-#include <msgpack.hpp>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -18,203 +17,20 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "cluster/http.hpp"
+#include "troupe/net/address.hpp"
+#include "troupe/net/frames.hpp"
+#include "troupe/net/token.hpp"
 
 namespace troupe::cluster {
 namespace {
 
-constexpr char kHello = 'H', kOk = 'O', kRefused = 'E', kCall = 'C', kReply = 'R';
-constexpr std::uint32_t kMaxHandshakeFrame = 4096;          // before the token is checked
-constexpr std::uint32_t kMaxFrame = 0xFFFFFFF0u;            // after: calls may carry big msgpack args
 constexpr std::size_t kMaxConnections = 256;
 constexpr auto kHandshakeTimeout = std::chrono::seconds(5);
 // A peer that stops reading (frozen, partitioned) blocks a write at most this long; the
 // connection is then given up (the caller's calls go through the middleman, see ClusterClient).
 constexpr auto kSendTimeout = std::chrono::seconds(10);
 
-// ---- socket helpers --------------------------------------------------------------------
-
-bool write_all(int fd, const char* p, std::size_t n) {
-  while (n > 0) {
-    ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    p += w;
-    n -= std::size_t(w);
-  }
-  return true;
-}
-
-bool read_exact(int fd, char* p, std::size_t n) {
-  while (n > 0) {
-    ssize_t r = ::recv(fd, p, n, 0);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;   // EOF, error, or a receive timeout
-    p += r;
-    n -= std::size_t(r);
-  }
-  return true;
-}
-
-// One frame's kind and body; false at EOF, on error, or when the length exceeds `max`.
-bool read_frame(int fd, std::uint32_t max, char& kind, std::vector<char>& body) {
-  unsigned char len[4];
-  if (!read_exact(fd, reinterpret_cast<char*>(len), 4)) return false;
-  std::uint32_t n = std::uint32_t(len[0]) | std::uint32_t(len[1]) << 8 | std::uint32_t(len[2]) << 16 |
-                    std::uint32_t(len[3]) << 24;
-  if (n == 0 || n > max) return false;
-  body.resize(n - 1);
-  return read_exact(fd, &kind, 1) && read_exact(fd, body.data(), body.size());
-}
-
-// A frame whose first 5 bytes are reserved for the header; fills them in.
-// Throws std::length_error for a body the u32 length cannot describe (the caller falls back).
-void seal(std::vector<char>& frame, char kind) {
-  if (frame.size() - 4 > kMaxFrame) throw std::length_error("call channel: frame too large");
-  std::uint32_t n = std::uint32_t(frame.size() - 4);
-  for (int i = 0; i < 4; ++i) frame[i] = char((n >> (8 * i)) & 0xFF);
-  frame[4] = kind;
-}
-
-std::vector<char> small_frame(char kind, const std::string& body) {
-  std::vector<char> f(5 + body.size());
-  std::copy(body.begin(), body.end(), f.begin() + 5);
-  seal(f, kind);
-  return f;
-}
-
-void set_nodelay(int fd) {
-  int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-}
-
-void set_timeout(int fd, int option, std::chrono::milliseconds t) {
-  timeval tv{};
-  tv.tv_sec = t.count() / 1000;
-  tv.tv_usec = (t.count() % 1000) * 1000;
-  ::setsockopt(fd, SOL_SOCKET, option, &tv, sizeof tv);
-}
-void set_recv_timeout(int fd, std::chrono::milliseconds t) { set_timeout(fd, SO_RCVTIMEO, t); }
-void set_send_timeout(int fd, std::chrono::milliseconds t) { set_timeout(fd, SO_SNDTIMEO, t); }
-
-// ---- msgpack bodies ----------------------------------------------------------------------
-
-struct FrameBuffer {   // msgpack's write target: appends to a frame after its reserved header
-  std::vector<char> bytes = std::vector<char>(5);
-  void write(const char* p, std::size_t n) { bytes.insert(bytes.end(), p, p + n); }
-};
-
-void pack_bytes(msgpack::packer<FrameBuffer>& pk, const std::vector<char>& b) {
-  pk.pack_bin(std::uint32_t(b.size()));
-  pk.pack_bin_body(b.data(), std::uint32_t(b.size()));
-}
-
-void pack_byte_lists(msgpack::packer<FrameBuffer>& pk, const std::vector<std::vector<char>>& lists) {
-  pk.pack_array(std::uint32_t(lists.size()));
-  for (const auto& b : lists) pack_bytes(pk, b);
-}
-
-const msgpack::object* fields(const msgpack::object& o, std::uint32_t n) {
-  if (o.type != msgpack::type::ARRAY || o.via.array.size != n) throw std::runtime_error("malformed frame");
-  return o.via.array.ptr;
-}
-
-std::vector<char> bytes_of(const msgpack::object& o) {
-  if (o.type != msgpack::type::BIN) throw std::runtime_error("malformed frame: expected bytes");
-  return std::vector<char>(o.via.bin.ptr, o.via.bin.ptr + o.via.bin.size);
-}
-
-std::vector<std::vector<char>> byte_lists_of(const msgpack::object& o) {
-  if (o.type != msgpack::type::ARRAY) throw std::runtime_error("malformed frame: expected a list");
-  std::vector<std::vector<char>> out;
-  out.reserve(o.via.array.size);
-  for (std::uint32_t i = 0; i < o.via.array.size; ++i) out.push_back(bytes_of(o.via.array.ptr[i]));
-  return out;
-}
-
-template <class T>
-T as(const msgpack::object& o) {
-  try {
-    return o.as<T>();
-  } catch (const msgpack::type_error&) {
-    throw std::runtime_error("malformed frame: a field has the wrong type");
-  }
-}
-
-msgpack::object_handle unpack(const char* data, std::size_t size) {
-  static const msgpack::unpack_limit kLimits(/*array*/ 1u << 20, /*map*/ 16, /*str*/ 1u << 30,
-                                             /*bin*/ 0xFFFFFFFFu, /*ext*/ 0, /*depth*/ 4);
-  try {
-    std::size_t off = 0;
-    auto h = msgpack::unpack(data, size, off, nullptr, nullptr, kLimits);
-    if (off != size) throw std::runtime_error("malformed frame: trailing bytes");
-    return h;
-  } catch (const std::runtime_error&) {
-    throw;
-  } catch (const std::exception& e) {   // msgpack's own errors (insufficient bytes, limits, ...)
-    throw std::runtime_error(std::string("malformed frame: ") + e.what());
-  }
-}
-
 }  // namespace
-
-std::vector<char> encode_call(const detail::WireCall& c) {
-  FrameBuffer buf;
-  msgpack::packer<FrameBuffer> pk(buf);
-  pk.pack_array(6);
-  pk.pack(c.actor_id);
-  pk.pack(c.incarnation);
-  pk.pack(c.seq);
-  pk.pack(c.method);
-  pack_bytes(pk, c.args);
-  pack_byte_lists(pk, c.tensors);
-  seal(buf.bytes, kCall);
-  return std::move(buf.bytes);
-}
-
-detail::WireCall decode_call(const char* data, std::size_t size) {
-  auto h = unpack(data, size);
-  const auto* f = fields(h.get(), 6);
-  detail::WireCall c;
-  c.actor_id = as<std::uint64_t>(f[0]);
-  c.incarnation = as<std::uint64_t>(f[1]);
-  c.seq = as<std::uint64_t>(f[2]);
-  c.method = as<std::string>(f[3]);
-  c.args = bytes_of(f[4]);
-  c.tensors = byte_lists_of(f[5]);
-  return c;
-}
-
-std::vector<char> encode_reply(const detail::WireReply& r) {
-  FrameBuffer buf;
-  msgpack::packer<FrameBuffer> pk(buf);
-  pk.pack_array(7);
-  pk.pack(r.actor_id);
-  pk.pack(r.incarnation);
-  pk.pack(r.seq);
-  pk.pack(r.code);
-  pk.pack(r.error);
-  pack_bytes(pk, r.result);
-  pack_byte_lists(pk, r.tensors);
-  seal(buf.bytes, kReply);
-  return std::move(buf.bytes);
-}
-
-detail::WireReply decode_reply(const char* data, std::size_t size) {
-  auto h = unpack(data, size);
-  const auto* f = fields(h.get(), 7);
-  detail::WireReply r;
-  r.actor_id = as<std::uint64_t>(f[0]);
-  r.incarnation = as<std::uint64_t>(f[1]);
-  r.seq = as<std::uint64_t>(f[2]);
-  r.code = as<std::int32_t>(f[3]);
-  r.error = as<std::string>(f[4]);
-  r.result = bytes_of(f[5]);
-  r.tensors = byte_lists_of(f[6]);
-  return r;
-}
 
 // ---- worker side ----------------------------------------------------------------------------
 
@@ -230,16 +46,19 @@ struct CallServer::Connection : detail::ReplySink {
   void reply(const detail::WireReply& r) override {
     std::vector<char> frame;
     try {
-      frame = encode_reply(r);
+      frame = net::encode_reply(r);
     } catch (const std::length_error&) {   // a result over 4 GiB of msgpack: an error instead
-      detail::WireReply e{r.actor_id, r.incarnation, r.seq, static_cast<std::int32_t>(ErrorCode::MethodFailed),
-                          "the result is too large for one reply (over 4 GiB of encoded bytes)", {}, {}, {}};
-      frame = encode_reply(e);
+      net::ReplyFrame e;
+      e.actor_id = r.actor_id;
+      e.incarnation = r.incarnation;
+      e.seq = r.seq;
+      e.set_error(Error{ErrorCode::MethodFailed, "the result is too large for one reply (over 4 GiB of encoded bytes)"});
+      frame = net::encode_reply(e);
     }
     std::lock_guard lk(write_mu);
     // A caller that went away (or stopped reading past kSendTimeout) misses its reply; a partial
     // frame would desynchronise the stream, so the connection ends and the caller sees it break.
-    if (!write_all(fd, frame.data(), frame.size())) ::shutdown(fd, SHUT_RDWR);
+    if (!net::write_all(fd, frame.data(), frame.size())) ::shutdown(fd, SHUT_RDWR);
   }
 };
 
@@ -341,30 +160,30 @@ void CallServer::accept_loop() {
 void CallServer::serve(const std::shared_ptr<Connection>& conn) {
   char kind = 0;
   std::vector<char> body;
-  set_recv_timeout(conn->fd, kHandshakeTimeout);
-  if (!read_frame(conn->fd, kMaxHandshakeFrame, kind, body) || kind != kHello) {
+  net::set_recv_timeout(conn->fd, kHandshakeTimeout);
+  if (!net::read_frame(conn->fd, net::kMaxHandshakeFrame, kind, body) || kind != net::kHelloFrame) {
     spdlog::warn("call server {}: {} sent no handshake; closed", address_, conn->peer);
     return;
   }
-  if (!token_matches(std::string(body.begin(), body.end()), token_)) {
+  if (!net::token_matches(std::string(body.begin(), body.end()), token_)) {
     spdlog::warn("call server {}: refused {}: missing or wrong cluster token", address_, conn->peer);
-    auto f = small_frame(kRefused, "refused: missing or wrong cluster token");
-    write_all(conn->fd, f.data(), f.size());
+    auto f = net::small_frame(net::kRefusedFrame, "refused: missing or wrong cluster token");
+    net::write_all(conn->fd, f.data(), f.size());
     return;
   }
-  set_recv_timeout(conn->fd, std::chrono::milliseconds(0));
-  set_send_timeout(conn->fd, kSendTimeout);   // a caller that stops reading loses its connection
-  set_nodelay(conn->fd);
+  net::set_recv_timeout(conn->fd, std::chrono::milliseconds(0));
+  net::set_send_timeout(conn->fd, kSendTimeout);   // a caller that stops reading loses its connection
+  net::set_nodelay(conn->fd);
   {
-    auto f = small_frame(kOk, "");
+    auto f = net::small_frame(net::kOkFrame, "");
     std::lock_guard lk(conn->write_mu);
-    if (!write_all(conn->fd, f.data(), f.size())) return;
+    if (!net::write_all(conn->fd, f.data(), f.size())) return;
   }
-  while (read_frame(conn->fd, kMaxFrame, kind, body)) {
+  while (net::read_frame(conn->fd, net::kMaxFrame, kind, body)) {
     detail::WireCall call;
     try {
-      if (kind != kCall) throw std::runtime_error(std::string("unexpected frame kind ") + std::to_string(int(kind)));
-      call = decode_call(body.data(), body.size());
+      if (kind != net::kCallFrame) throw std::runtime_error(std::string("unexpected frame kind ") + std::to_string(int(kind)));
+      static_cast<net::CallFrame&>(call) = net::decode_call(body.data(), body.size());
     } catch (const std::exception& e) {
       spdlog::warn("call server {}: closing {}: {}", address_, conn->peer, e.what());
       return;
@@ -378,9 +197,8 @@ void CallServer::serve(const std::shared_ptr<Connection>& conn) {
     r.actor_id = call.actor_id;
     r.incarnation = call.incarnation;
     r.seq = call.seq;
-    r.code = static_cast<std::int32_t>(ErrorCode::ActorDied);
-    r.error = "actor " + std::to_string(call.actor_id) + " incarnation " + std::to_string(call.incarnation) +
-              " is not hosted here";
+    r.set_error(Error{ErrorCode::ActorDied, "actor " + std::to_string(call.actor_id) + " incarnation " +
+                                                std::to_string(call.incarnation) + " is not hosted here"});
     conn->reply(r);
   }
 }
@@ -393,7 +211,7 @@ std::shared_ptr<CallChannel> CallChannel::open(const std::string& address, const
   std::string host;
   std::uint16_t port = 0;
   try {
-    std::tie(host, port) = split_address(address);
+    std::tie(host, port) = net::split_address(address);
   } catch (const std::invalid_argument& e) {
     spdlog::warn("call channel: {}", e.what());
     return nullptr;
@@ -426,19 +244,19 @@ std::shared_ptr<CallChannel> CallChannel::open(const std::string& address, const
   char kind = 0;
   std::vector<char> body;
   if (ok) {
-    set_nodelay(fd);
-    set_recv_timeout(fd, timeout);
-    auto hello = small_frame(kHello, token);
-    ok = write_all(fd, hello.data(), hello.size()) && read_frame(fd, kMaxHandshakeFrame, kind, body);
+    net::set_nodelay(fd);
+    net::set_recv_timeout(fd, timeout);
+    auto hello = net::small_frame(net::kHelloFrame, token);
+    ok = net::write_all(fd, hello.data(), hello.size()) && net::read_frame(fd, net::kMaxHandshakeFrame, kind, body);
   }
-  if (!ok || kind != kOk) {
+  if (!ok || kind != net::kOkFrame) {
     if (ok) spdlog::warn("call channel: {} refused: {}", address, std::string(body.begin(), body.end()));
     else spdlog::warn("call channel: cannot reach {}", address);
     if (fd >= 0) ::close(fd);
     return nullptr;
   }
-  set_recv_timeout(fd, std::chrono::milliseconds(0));
-  set_send_timeout(fd, kSendTimeout);
+  net::set_recv_timeout(fd, std::chrono::milliseconds(0));
+  net::set_send_timeout(fd, kSendTimeout);
   std::shared_ptr<CallChannel> ch(new CallChannel(fd, std::move(on_reply), std::move(on_broken)));
   // The reader keeps its channel alive: a reply handler may drop every other reference.
   ch->reader_ = std::thread([self = ch] { self->read_loop(); });
@@ -457,13 +275,13 @@ CallChannel::~CallChannel() {
 bool CallChannel::send(const detail::WireCall& c) {
   std::vector<char> frame;
   try {
-    frame = encode_call(c);
+    frame = net::encode_call(c);
   } catch (const std::length_error&) {
     return false;   // too large for a frame: the middleman takes it
   }
   std::lock_guard lk(write_mu_);
   if (broken_) return false;
-  if (!write_all(fd_, frame.data(), frame.size())) broken_ = true;
+  if (!net::write_all(fd_, frame.data(), frame.size())) broken_ = true;
   // A partial write leaves the stream unusable: broken either way, and the reader sees EOF.
   if (broken_) ::shutdown(fd_, SHUT_RDWR);
   return !broken_;
@@ -487,11 +305,11 @@ void CallChannel::close() {
 void CallChannel::read_loop() {
   char kind = 0;
   std::vector<char> body;
-  while (read_frame(fd_, kMaxFrame, kind, body)) {
+  while (net::read_frame(fd_, net::kMaxFrame, kind, body)) {
     detail::WireReply r;
     try {
-      if (kind != kReply) throw std::runtime_error(std::string("unexpected frame kind ") + std::to_string(int(kind)));
-      r = decode_reply(body.data(), body.size());
+      if (kind != net::kReplyFrame) throw std::runtime_error(std::string("unexpected frame kind ") + std::to_string(int(kind)));
+      static_cast<net::ReplyFrame&>(r) = net::decode_reply(body.data(), body.size());
     } catch (const std::exception& e) {
       spdlog::warn("call channel: {}; closing", e.what());
       break;

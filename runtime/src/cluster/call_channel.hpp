@@ -8,12 +8,8 @@
 // everything else: spawn and kill, monitors (death of a worker), tensor release notices, and
 // calls whenever no channel is up (the fallback keeps every call deliverable).
 //
-// Frames: u32 little-endian body length, then the body: one kind byte and a msgpack value.
-//   'H' token (raw bytes)   caller -> worker, first frame; SEC-1 is checked once per connection
-//   'O' / 'E' message       worker -> caller, the handshake's answer ('E' then closes)
-//   'C' call                caller -> worker: [actor_id, incarnation, seq, method, args, [tensors]]
-//   'R' reply               worker -> caller: [actor_id, incarnation, seq, code, error, result, [tensors]]
-// Every received byte is untrusted: a bad frame closes that connection and nothing else.
+// The frames are net/frames.hpp's. Every received byte is untrusted: a bad frame closes that
+// connection and nothing else.
 #pragma once
 
 #include <chrono>
@@ -27,36 +23,11 @@
 #include <vector>
 
 #include <caf/actor.hpp>
-#include <caf/allowed_unsafe_message_type.hpp>
 
+#include "actor_host.hpp"
 #include "cluster/wire.hpp"
 
-namespace troupe::detail {
-
-// Where a host sends the reply of a call that came over a channel.
-class ReplySink {
- public:
-  virtual ~ReplySink() = default;
-  virtual void reply(const WireReply& r) = 0;
-};
-
-// A call from a channel, as its host receives it (a local CAF message, never serialised).
-struct ChannelCall {
-  WireCall call;
-  std::shared_ptr<ReplySink> sink;
-};
-
-}  // namespace troupe::detail
-
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::detail::ChannelCall)
-
 namespace troupe::cluster {
-
-// The msgpack bodies of 'C' and 'R' frames. decode_* throw std::runtime_error on bad bytes.
-std::vector<char> encode_call(const detail::WireCall& c);
-detail::WireCall decode_call(const char* data, std::size_t size);
-std::vector<char> encode_reply(const detail::WireReply& r);
-detail::WireReply decode_reply(const char* data, std::size_t size);
 
 // Worker side: accepts callers that present the token and hands their calls to the hosts it
 // was told about. One reader thread per connection (a handful: one per caller process).

@@ -6,9 +6,11 @@
 
 #include <filesystem>
 
-#include "cluster/hex.hpp"
-#include "cluster/http.hpp"
+#include "troupe/net/hex.hpp"
+#include "troupe/net/http.hpp"
+#include "cluster/remote_route.hpp"
 #include "runtime_impl.hpp"
+#include "troupe/net/address.hpp"
 
 namespace troupe::cluster {
 namespace {
@@ -24,7 +26,7 @@ caf::behavior router(caf::event_based_actor* self, ClusterClient* client, detail
   self->set_down_handler([client](caf::down_msg& dm) { client->on_gateway_down(dm.source); });
   return {
       [rt](const detail::WireReply& r) {
-        if (auto cell = rt->find(r.actor_id)) cell->on_reply(r);
+        if (auto cell = rt->find(r.actor_id)) deliver_reply(*cell, r);
       },
       [self](monitor_atom, const caf::actor& gateway) { self->monitor(gateway); },
   };
@@ -39,7 +41,7 @@ std::string self_binary() {
 }  // namespace
 
 ClusterClient::ClusterClient(detail::RuntimeImpl& rt, caf::actor_system& sys, HeadEndpoint head,
-                             detail::DeadlineTimer* timer, std::chrono::milliseconds call_timeout)
+                             detail::Timer* timer, std::chrono::milliseconds call_timeout)
     : rt_(rt), sys_(sys), head_(std::move(head)), timer_(timer), call_timeout_(call_timeout) {
   router_ = sys_.spawn(router, this, &rt_);
   watcher_ = std::thread([this] { watch_loop(); });
@@ -48,11 +50,11 @@ ClusterClient::ClusterClient(detail::RuntimeImpl& rt, caf::actor_system& sys, He
 ClusterClient::~ClusterClient() { stop(true); }
 
 json ClusterClient::call_head(const std::string& method, const std::string& target, const json& body) {
-  HttpResponse res;
+  net::HttpResponse res;
   try {
-    res = http_call(head_.host, head_.port, method, target, body.is_null() ? "" : body.dump(), head_.token,
+    res = net::http_call(head_.host, head_.port, method, target, body.is_null() ? "" : body.dump(), head_.token,
                     std::chrono::seconds(10));
-  } catch (const HttpError& e) {
+  } catch (const net::HttpError& e) {
     throw CallError(Error{ErrorCode::Unavailable, std::string("head: ") + e.what()});
   }
   json parsed = json::parse(res.body, nullptr, false);
@@ -69,9 +71,10 @@ json ClusterClient::call_head(const std::string& method, const std::string& targ
 std::shared_ptr<detail::ActorCell> ClusterClient::make_cell(std::uint64_t id, const std::string& type,
                                                             const std::string& name, int max_retries,
                                                             std::chrono::milliseconds timeout) {
-  auto cell = std::make_shared<detail::ActorCell>(id, type, (name.empty() ? type : name) + "#" + std::to_string(id),
-                                                  timer_, timeout.count() > 0 ? timeout : call_timeout_);
-  cell->make_remote(detail::RemoteSettings{head_.token, router_, max_retries});
+  auto cell = std::make_shared<detail::ActorCell>(
+      detail::CellSpec{id, type, (name.empty() ? type : name) + "#" + std::to_string(id),
+                       timeout.count() > 0 ? timeout : call_timeout_, max_retries, /*remote=*/true},
+      detail::CallTableEnv{timer_, &detail::release_regions});
   {
     std::lock_guard lk(mu_);
     cells_[id] = cell;
@@ -86,7 +89,7 @@ std::shared_ptr<detail::ActorCell> ClusterClient::spawn(const detail::ActorTypeI
     throw CallError(Error{ErrorCode::BadArguments, "tensors cannot be constructor arguments of a worker actor"});
   }
   json req{{"type", type.name}, {"name", opts.name()}, {"ctor_signature", signature},
-           {"ctor_args", to_hex(ctor_args.bytes)}, {"max_restarts", opts.max_restarts()},
+           {"ctor_args", net::to_hex(ctor_args.bytes)}, {"max_restarts", opts.max_restarts()},
            {"max_retries", opts.max_retries()}, {"resources", opts.resource_text()}, {"binary", self_binary()},
            {"colocate_with", opts.colocate_with()}, {"placement_group", opts.placement_group()},
            {"bundle_index", opts.bundle_index()}, {"colocate", opts.colocate()}};
@@ -181,15 +184,18 @@ void ClusterClient::apply(const json& a) {
   if (!cell || cell->dead()) return;
   std::string state = a.value("state", "");
   auto incarnation = a.value("incarnation", std::uint64_t{0});
-  auto bound = cell->binding();
+  auto route = cell->route();
+  const auto* bound = dynamic_cast<const RemoteRoute*>(route.get());
   if (state == "dead") {
     std::string reason = a.value("reason", "");
     cell->mark_dead(reason.empty() ? "died" : reason);
     rt_.forget(id);
     return;
   }
-  if (bound && bound->incarnation < incarnation) cell->unbind(bound->incarnation, "was restarted: " + a.value("reason", std::string("its process died")));
-  if (state != "alive" || (bound && bound->incarnation == incarnation)) return;
+  if (bound && bound->incarnation() < incarnation) {
+    cell->unbind(bound->incarnation(), "was restarted: " + a.value("reason", std::string("its process died")));
+  }
+  if (state != "alive" || (bound && bound->incarnation() == incarnation)) return;
   std::string gateway = a.value("gateway", "");
   if (gateway.empty()) return;
   caf::actor gw = connect(gateway);
@@ -200,7 +206,12 @@ void ClusterClient::apply(const json& a) {
   self->request(gw, std::chrono::seconds(5), detail::host_atom::value, head_.token, id, incarnation)
       .receive([&](const caf::actor& h) { host = h; },
                [&](const caf::error& e) { spdlog::debug("host of {}: {}", id, sys_.render(e)); });
-  if (host) cell->bind(detail::RemoteBinding{gw, gateway, host, incarnation, channel(gateway, gw)});
+  if (!host) return;
+  auto middleman = std::make_shared<MiddlemanRoute>(id, incarnation, gw, host, head_.token, router_);
+  std::shared_ptr<detail::Route> next = middleman;
+  if (auto ch = channel(gateway, gw)) next = std::make_shared<ChannelRoute>(id, incarnation, std::move(ch), middleman);
+  cell->bind(std::move(next));
+  cell->set_ready();
 }
 
 std::shared_ptr<CallChannel> ClusterClient::channel(const std::string& address, const caf::actor& gateway) {
@@ -221,7 +232,7 @@ std::shared_ptr<CallChannel> ClusterClient::channel(const std::string& address, 
       calls, head_.token,
       [rt = &rt_, gateway](detail::WireReply& r) {
         r.gateway = gateway;
-        if (auto cell = rt->find(r.actor_id)) cell->on_reply(r);
+        if (auto cell = rt->find(r.actor_id)) deliver_reply(*cell, r);
       },
       [this, address](const CallChannel* ch, bool closed_here) { on_channel_broken(address, ch, closed_here); },
       std::chrono::seconds(5));
@@ -253,7 +264,7 @@ caf::actor ClusterClient::connect(const std::string& address) {
     std::lock_guard lk(mu_);
     if (auto it = gateways_.find(address); it != gateways_.end()) return it->second;
   }
-  auto [host, port] = split_address(address);
+  auto [host, port] = net::split_address(address);
   auto gw = sys_.middleman().remote_actor(host, port);
   if (!gw) {
     spdlog::debug("cannot connect to gateway {}: {}", address, sys_.render(gw.error()));
@@ -287,10 +298,15 @@ void ClusterClient::on_channel_broken(const std::string& address, const CallChan
   spdlog::info("call channel to the worker at {} ended; calls go through the middleman", address);
   // Usually the worker died: its gateway's monitor then fails or retries the calls in flight
   // (ActorDied) within moments. Calls still waiting on this channel after a grace period had a
-  // live worker: they are resent or failed with Unavailable (drop_channel).
-  timer_->schedule(detail::DeadlineTimer::Clock::now() + kChannelGrace, [bound = std::move(bound), ch] {
+  // live worker: they are resent by the middleman or fail with Unavailable (route_broken).
+  timer_->schedule(detail::Timer::Clock::now() + kChannelGrace, [bound = std::move(bound), ch] {
     for (const auto& weak : bound) {
-      if (auto cell = weak.lock()) cell->drop_channel(ch.get(), "lost its call channel");
+      auto cell = weak.lock();
+      if (!cell) continue;
+      auto route = cell->route();
+      if (const auto* on = dynamic_cast<const ChannelRoute*>(route.get()); on != nullptr && on->channel() == ch.get()) {
+        cell->route_broken(on, "lost its call channel");
+      }
     }
   });
 }
@@ -311,8 +327,9 @@ void ClusterClient::on_gateway_down(const caf::actor_addr& gateway) {
     for (auto& [id, weak] : cells_) {
       auto cell = weak.lock();
       if (!cell) continue;
-      auto b = cell->binding();
-      if (b && b->gateway.address() == gateway) lost.push_back({cell, b->incarnation});
+      auto route = cell->route();
+      const auto* on = dynamic_cast<const RemoteRoute*>(route.get());
+      if (on != nullptr && on->gateway().address() == gateway) lost.push_back({cell, on->incarnation()});
     }
   }
   for (auto& ch : gone) ch->close();   // on the router's thread: never a reader's own

@@ -38,7 +38,7 @@ struct HeadEndpoint {
 class ClusterClient {
  public:
   ClusterClient(detail::RuntimeImpl& rt, caf::actor_system& sys, HeadEndpoint head,
-                detail::DeadlineTimer* timer, std::chrono::milliseconds call_timeout);
+                detail::Timer* timer, std::chrono::milliseconds call_timeout);
   ~ClusterClient();   // stop()
 
   // Asks the head for a new actor; returns its cell at once (calls queue until it runs).
@@ -76,7 +76,7 @@ class ClusterClient {
   detail::RuntimeImpl& rt_;
   caf::actor_system& sys_;
   HeadEndpoint head_;
-  detail::DeadlineTimer* timer_;
+  detail::Timer* timer_;
   std::chrono::milliseconds call_timeout_;
   caf::actor router_;
   std::mutex mu_;

@@ -1,6 +1,6 @@
 #include "cluster/wire.hpp"
 
-#include "transport/data_plane.hpp"
+#include "troupe/transport/data_plane.hpp"
 
 namespace troupe::detail {
 
@@ -13,9 +13,9 @@ void add_wire_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<std::vector<std::uint64_t>>("troupe_u64s");
 }
 
-WirePayload to_wire(const Payload& p) {
+WirePayload to_wire(Payload p) {
   WirePayload w;
-  w.bytes = p.bytes;
+  w.bytes = std::move(p.bytes);
   w.tensors.reserve(p.tensors.size());
   for (const auto& t : p.tensors) {
     if (t.nbytes() <= transport::kInlineMaxBytes) {   // no UCX context for small tensors
@@ -48,8 +48,8 @@ Payload from_wire(std::vector<char> bytes, const std::vector<std::vector<char>>&
     transport::TensorDescriptor d;
     try {
       d = transport::decode_descriptor(raw);
-    } catch (const transport::TransportError& e) {
-      throw DecodeError(std::string("tensor descriptor: ") + e.what());
+    } catch (const ErrorException& e) {
+      throw DecodeError(e.error().message);
     }
     if (d.is_inline) {
       auto t = TensorView::empty(d.dtype, d.shape);
@@ -60,12 +60,12 @@ Payload from_wire(std::vector<char> bytes, const std::vector<std::vector<char>>&
     try {
       p.tensors.push_back(transport::DataPlane::instance().fetch(d, timeout));
       if (fetched_regions != nullptr) fetched_regions->push_back(d.region);
-    } catch (const transport::TransportError& e) {
-      using K = transport::TransportError::Kind;
-      ErrorCode code = e.kind() == K::BadDescriptor ? ErrorCode::BadArguments
-                     : e.kind() == K::Timeout      ? ErrorCode::Timeout
-                     : e.kind() == K::PeerGone     ? ErrorCode::ActorDied
-                                                   : ErrorCode::Unavailable;
+    } catch (const ErrorException& e) {   // the call's fate, in core terms; the transport's code in the text
+      Code c = e.code();
+      ErrorCode code = c == TransportCode::BadDescriptor ? ErrorCode::BadArguments
+                     : c == TransportCode::Timeout       ? ErrorCode::Timeout
+                     : c == TransportCode::PeerGone      ? ErrorCode::ActorDied
+                                                         : ErrorCode::Unavailable;
       throw CallError(Error{code, std::string("tensor transfer: ") + e.what()});
     }
   }

@@ -1,5 +1,6 @@
-// The control-plane messages of a cross-process actor call, as CAF serialises them over the
-// middleman. Tensors travel as data-plane descriptors (inline when small, else UCX regions the
+// The messages of a cross-process actor call as CAF serialises them over the middleman (a call
+// channel sends the same frames, net/frames.hpp), and the conversion of a call's payload to its
+// wire form. Tensors travel as data-plane descriptors (inline when small, else UCX regions the
 // receiver pulls). Every field of a received message is untrusted until checked.
 #pragma once
 
@@ -15,32 +16,18 @@
 
 #include "troupe/codec.hpp"
 #include "troupe/error.hpp"
+#include "troupe/net/frames.hpp"
 
 namespace troupe::detail {
 
-// Cluster actor ids (assigned by the head) start here; in-process ids stay below, so one table
-// per process holds both.
-inline constexpr std::uint64_t kClusterActorBase = std::uint64_t(1) << 48;
-
-struct WireCall {
-  std::string token;                          // SEC-1: checked by the gateway
-  std::uint64_t actor_id = 0;
-  std::uint64_t incarnation = 0;              // FT-2: a call for another incarnation is refused
-  std::uint64_t seq = 0;
-  std::string method;
-  std::vector<char> args;                     // msgpack
-  std::vector<std::vector<char>> tensors;     // encoded descriptors, by slot
+// A call as it travels through the middleman: the frame, the token (SEC-1: checked by the host)
+// and where the reply goes. On a call channel only the frame travels.
+struct WireCall : net::CallFrame {
+  std::string token;
   caf::actor reply_to;                        // the caller process's router
 };
 
-struct WireReply {
-  std::uint64_t actor_id = 0;
-  std::uint64_t incarnation = 0;
-  std::uint64_t seq = 0;
-  std::int32_t code = 0;                      // ErrorCode; 0 = Ok
-  std::string error;
-  std::vector<char> result;                   // msgpack
-  std::vector<std::vector<char>> tensors;
+struct WireReply : net::ReplyFrame {
   caf::actor gateway;                         // where to send the ack releasing result regions
 };
 
@@ -56,8 +43,8 @@ typename Inspector::result_type inspect(Inspector& f, WireCall& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, WireReply& x) {
-  return f(caf::meta::type_name("troupe_reply"), x.actor_id, x.incarnation, x.seq, x.code, x.error, x.result,
-           x.tensors, x.gateway);
+  return f(caf::meta::type_name("troupe_reply"), x.actor_id, x.incarnation, x.seq, x.error_domain, x.error_code,
+           x.error, x.result, x.tensors, x.gateway);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, WireRelease& x) {
@@ -81,7 +68,7 @@ struct WirePayload {
   std::vector<std::vector<char>> tensors;
   std::vector<std::uint64_t> regions;   // exposed here; release after the peer has them
 };
-WirePayload to_wire(const Payload& p);
+WirePayload to_wire(Payload p);
 Payload from_wire(std::vector<char> bytes, const std::vector<std::vector<char>>& tensors,
                   std::chrono::milliseconds timeout, std::vector<std::uint64_t>* fetched_regions = nullptr);
 void release_regions(const std::vector<std::uint64_t>& regions);

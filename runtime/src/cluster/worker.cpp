@@ -8,8 +8,10 @@
 #include <cstdlib>
 
 #include "cluster/call_channel.hpp"
-#include "cluster/hex.hpp"
-#include "cluster/http.hpp"
+#include "troupe/net/hex.hpp"
+#include "troupe/net/address.hpp"
+#include "troupe/net/http.hpp"
+#include "troupe/net/token.hpp"
 #include "cluster/wire.hpp"
 #include "runtime_impl.hpp"
 
@@ -29,10 +31,10 @@ caf::behavior gateway(caf::event_based_actor*, std::string token, const cluster:
       [](const WireRelease& r) { release_regions(r.regions); },
       // A caller asks for the host of an actor, to send its calls there directly.
       [token, calls](host_atom, const std::string& given, std::uint64_t id, std::uint64_t incarnation) -> caf::actor {
-        return cluster::token_matches(given, token) ? calls->find(id, incarnation) : caf::actor{};
+        return net::token_matches(given, token) ? calls->find(id, incarnation) : caf::actor{};
       },
       [token, calls](calls_atom, const std::string& given) -> std::string {
-        return cluster::token_matches(given, token) ? calls->address() : std::string();
+        return net::token_matches(given, token) ? calls->address() : std::string();
       },
   };
 }
@@ -49,7 +51,7 @@ std::string env_or_die(const char* name) {
 class Worker {
  public:
   explicit Worker(std::uint64_t id) : id_(id) {
-    auto [host, port] = cluster::split_address(env_or_die("TROUPE_HEAD"));
+    auto [host, port] = net::split_address(env_or_die("TROUPE_HEAD"));
     head_host_ = host;
     head_port_ = port;
     token_ = env_or_die("TROUPE_TOKEN");
@@ -118,7 +120,7 @@ class Worker {
     }
     Payload args;
     try {
-      args.bytes = cluster::from_hex(cmd.at("ctor_args").get<std::string>());
+      args.bytes = net::from_hex(cmd.at("ctor_args").get<std::string>());
     } catch (const std::invalid_argument& e) {
       report(id, incarnation, "actor_failed", std::string("constructor arguments: ") + e.what());
       return;
@@ -145,7 +147,7 @@ class Worker {
   }
 
   json post(const std::string& verb, const json& body) {
-    auto res = cluster::http_call(head_host_, head_port_, "POST", "/api/v1/workers/" + std::to_string(id_) + verb,
+    auto res = net::http_call(head_host_, head_port_, "POST", "/api/v1/workers/" + std::to_string(id_) + verb,
                                   body.dump(), token_, std::chrono::seconds(10));
     if (res.status != 200) throw std::runtime_error("head answered " + std::to_string(res.status) + ": " + res.body);
     return json::parse(res.body);

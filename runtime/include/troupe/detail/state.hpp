@@ -24,10 +24,14 @@ template <class T>
 using Stored = std::conditional_t<std::is_void_v<T>, Unit, T>;
 
 class StateBase;
+struct CallRecord;   // a call's attempts on remote routes (actor_cell.cpp)
+struct CallRecordDeleter {
+  void operator()(CallRecord* r) const noexcept;
+};
 
 // Bookkeeping for a state that is the result of an actor call in flight: the links of the
 // actor's list of calls in flight and the call's deadline. Owned and guarded by that actor's
-// ActorCell; kept here so a call costs one allocation, not two.
+// ActorCell (the call table); kept here so a call to a local actor costs one allocation, not two.
 struct CallLink {
   StateBase* prev = nullptr;
   StateBase* next = nullptr;
@@ -35,6 +39,8 @@ struct CallLink {
   std::pair<std::chrono::steady_clock::time_point, std::uint64_t> deadline{};
   bool has_deadline = false;
   std::uint64_t seq = 0;             // per actor, in submission order
+  // Set for calls that were queued or sent on a remote route: what is needed to send them again.
+  std::unique_ptr<CallRecord, CallRecordDeleter> record;
 };
 
 class StateBase {
@@ -98,6 +104,8 @@ class State final : public StateBase {
       Value v;
       try {
         v = decode_value<Value>(reply);
+      } catch (const DecodeError& e) {
+        return fail(Error{ErrorCode::BadArguments, "result did not decode: " + e.error().message});
       } catch (const std::exception& e) {
         return fail(Error{ErrorCode::BadArguments, std::string("result did not decode: ") + e.what()});
       }

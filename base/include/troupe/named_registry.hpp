@@ -1,0 +1,48 @@
+// NamedRegistry<T>: entries by name (actor types, training objectives, reward verifiers), made at
+// static initialisation by the registration macros, so that every process of a binary has them
+// (a worker process never runs main). Thread-safe; an entry's address never changes.
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace troupe {
+
+template <class T>
+class NamedRegistry {
+ public:
+  // `what` names an entry in errors: "no objective registered as 'x'".
+  explicit NamedRegistry(std::string what) : what_(std::move(what)) {}
+  NamedRegistry(const NamedRegistry&) = delete;
+  NamedRegistry& operator=(const NamedRegistry&) = delete;
+
+  // The entry called `name`, default-made on first use.
+  T& slot(const std::string& name) {
+    std::lock_guard lk(mu_);
+    return entries_[name];
+  }
+  // Adds `name`, or replaces its entry.
+  void put(const std::string& name, T value) { slot(name) = std::move(value); }
+  // Null when there is no such entry.
+  const T* find(std::string_view name) const {
+    std::lock_guard lk(mu_);
+    auto it = entries_.find(name);
+    return it == entries_.end() ? nullptr : &it->second;
+  }
+  // Throws std::invalid_argument naming the entry when there is none.
+  const T& at(std::string_view name) const {
+    if (const T* e = find(name)) return *e;
+    throw std::invalid_argument("no " + what_ + " registered as '" + std::string(name) + "'");
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, T, std::less<>> entries_;
+  std::string what_;
+};
+
+}  // namespace troupe

@@ -1,0 +1,116 @@
+// troupe status, troupe stop, and the token/address defaults the commands share.
+#include <nlohmann/json.hpp>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <thread>
+
+#include "commands.hpp"
+#include "troupe/net/address.hpp"
+#include "troupe/net/http.hpp"
+#include "troupe/net/session.hpp"
+
+namespace troupe::cli {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string resolve_token(const CommonFlags& f) {
+  if (!f.token.empty()) return f.token;
+  if (!f.token_file.empty()) {
+    std::ifstream in(f.token_file);
+    std::string t;
+    if (!in || !std::getline(in, t) || t.empty()) throw std::invalid_argument("cannot read a token from " + f.token_file);
+    return t;
+  }
+  if (const char* t = std::getenv("TROUPE_TOKEN")) return t;
+  return net::latest_session_token(f.temp_dir);
+}
+
+std::string resolve_address(const CommonFlags& f) {
+  if (!f.address.empty()) return f.address;
+  if (const char* a = std::getenv("TROUPE_ADDRESS")) return a;
+  std::ifstream in(fs::path(f.temp_dir) / "session_latest" / "head_address");
+  std::string a;
+  if (in) std::getline(in, a);
+  return a;
+}
+
+namespace {
+
+void print_table(const json& s) {
+  std::cout << "head " << s.value("head", "") << "   logs: " << s.value("logs", "") << "\n\nNODES\n";
+  std::cout << std::left << std::setw(6) << "ID" << std::setw(18) << "ADDRESS" << std::setw(7) << "STATE"
+            << std::setw(34) << "TOTAL" << "AVAILABLE\n";
+  for (const auto& n : s.at("nodes")) {
+    std::cout << std::setw(6) << n.value("id", 0) << std::setw(18) << n.value("address", "") << std::setw(7)
+              << n.value("state", "") << std::setw(34) << n.value("resources", "") << n.value("available", "") << "\n";
+  }
+  std::cout << "\nACTORS\n" << std::setw(18) << "ID" << std::setw(16) << "TYPE" << std::setw(6) << "NODE"
+            << std::setw(9) << "PID" << std::setw(11) << "STATE" << std::setw(10) << "RESTARTS" << "REASON\n";
+  for (const auto& a : s.at("actors")) {
+    std::cout << std::setw(18) << a.value("id", std::uint64_t{0}) << std::setw(16) << a.value("type", "")
+              << std::setw(6) << a.value("node", "") << std::setw(9) << a.value("pid", 0) << std::setw(11)
+              << a.value("state", "") << std::setw(10) << a.value("restarts", 0) << a.value("reason", "") << "\n";
+  }
+  std::cout << "\nPLACEMENT GROUPS\n" << std::setw(6) << "ID" << std::setw(15) << "STRATEGY" << std::setw(14)
+            << "STATE" << "BUNDLES (resources@node)\n";
+  for (const auto& g : s.value("placement_groups", json::array())) {
+    std::string bundles;
+    for (const auto& b : g.at("bundles")) {
+      bundles += (bundles.empty() ? "" : "  ") + b.value("resources", "") + "@" +
+                 (b["node"].is_null() ? std::string("-") : std::to_string(b["node"].get<std::uint64_t>()));
+    }
+    std::cout << std::setw(6) << g.value("id", 0) << std::setw(15) << g.value("strategy", "") << std::setw(14)
+              << g.value("state", "") << bundles << "\n";
+  }
+}
+
+}  // namespace
+
+int status(const CommonFlags& f, bool as_json) {
+  std::string address = resolve_address(f);
+  if (address.empty()) throw std::invalid_argument("no head address: pass --address HOST:PORT");
+  auto [host, port] = net::split_address(address);
+  auto res = net::http_call(host, port, "GET", "/api/v1/status", "", resolve_token(f), std::chrono::seconds(5));
+  json body = json::parse(res.body, nullptr, false);
+  if (res.status != 200) {
+    std::cerr << "troupe: the head refused: " << (body.is_object() ? body.value("error", res.body) : res.body) << "\n";
+    return 1;
+  }
+  if (as_json) std::cout << body.dump(2) << "\n"; else print_table(body);
+  return 0;
+}
+
+int stop(const CommonFlags& f) {
+  fs::path dir = fs::path(f.temp_dir) / "pids";
+  std::error_code ec;
+  int stopped = 0;
+  std::vector<std::pair<pid_t, fs::path>> targets;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::ifstream in(e.path());
+    long pid = 0;
+    if (in >> pid && pid > 0 && ::kill(pid_t(pid), SIGTERM) == 0) targets.push_back({pid_t(pid), e.path()});
+    else fs::remove(e.path(), ec);   // stale
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (auto& [pid, path] : targets) {
+    while (::kill(pid, 0) == 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (::kill(pid, 0) == 0) ::kill(pid, SIGKILL);
+    fs::remove(path, ec);
+    std::cout << "stopped " << path.stem().string() << "\n";
+    ++stopped;
+  }
+  if (stopped == 0) std::cout << "nothing to stop\n";
+  return 0;
+}
+
+}  // namespace troupe::cli

@@ -1,0 +1,68 @@
+// The node daemon: registers with the head, polls it for commands (the poll is the heartbeat),
+// starts and watches worker processes, and reports their exits. One per machine, or embedded in
+// a driver that runs without a cluster.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+namespace troupe::control {
+
+struct DaemonConfig {
+  std::string head_host = "127.0.0.1";
+  std::uint16_t head_port = 0;
+  std::string token;
+  std::string resources;             // "CPU=2,memory=8G"; empty: detect cores and memory
+  std::string advertise = "127.0.0.1";  // address workers bind their gateways to
+  std::string session_dir;           // logs/ goes under it
+};
+
+class NodeDaemon {
+ public:
+  explicit NodeDaemon(DaemonConfig config);
+  ~NodeDaemon();   // stop()
+  NodeDaemon(const NodeDaemon&) = delete;
+  NodeDaemon& operator=(const NodeDaemon&) = delete;
+
+  // Registers and starts the poll and reaper threads. Throws std::runtime_error if the head
+  // refuses (e.g. wrong token) or cannot be reached within `timeout`.
+  void start(std::chrono::milliseconds timeout);
+  // Stops polling and terminates every worker. Idempotent.
+  void stop();
+  // True once the daemon has stopped by itself (the head declared the node dead).
+  bool finished() const { return finished_; }
+  std::uint64_t node_id() const { return node_id_; }
+
+  // "CPU=<cores>,memory=<physical bytes>" for this machine.
+  static std::string detect_resources();
+
+ private:
+  void poll_loop();
+  void reap_loop();
+  void run(const nlohmann::json& command);
+  void start_worker(std::uint64_t worker_id, const std::string& binary);
+  void kill_worker(std::uint64_t worker_id);
+  nlohmann::json post(const std::string& target, const nlohmann::json& body, std::chrono::milliseconds timeout);
+
+  DaemonConfig config_;
+  std::uint64_t node_id_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> finished_{false};
+  std::mutex mu_;
+  std::map<std::uint64_t, pid_t> workers_;   // worker id -> pid, while running
+  // Workers sent SIGTERM, by pid: SIGKILLed by the reaper if still alive at the deadline. Kills
+  // never block the poll loop, which is this node's heartbeat.
+  std::map<pid_t, std::chrono::steady_clock::time_point> terminating_;
+  std::thread poller_, reaper_;
+};
+
+}  // namespace troupe::control

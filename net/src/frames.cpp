@@ -1,0 +1,213 @@
+#include "troupe/net/frames.hpp"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <msgpack.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <stdexcept>
+
+namespace troupe::net {
+namespace {
+
+bool read_exact(int fd, char* p, std::size_t n) {
+  while (n > 0) {
+    ssize_t r = ::recv(fd, p, n, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;   // EOF, error, or a receive timeout
+    p += r;
+    n -= std::size_t(r);
+  }
+  return true;
+}
+
+// A frame whose first 5 bytes are reserved for the header; fills them in.
+void seal(std::vector<char>& frame, char kind) {
+  if (frame.size() - 4 > kMaxFrame) throw std::length_error("frame too large");
+  std::uint32_t n = std::uint32_t(frame.size() - 4);
+  for (int i = 0; i < 4; ++i) frame[i] = char((n >> (8 * i)) & 0xFF);
+  frame[4] = kind;
+}
+
+void set_timeout(int fd, int option, std::chrono::milliseconds t) {
+  timeval tv{};
+  tv.tv_sec = t.count() / 1000;
+  tv.tv_usec = (t.count() % 1000) * 1000;
+  ::setsockopt(fd, SOL_SOCKET, option, &tv, sizeof tv);
+}
+
+struct FrameBuffer {   // msgpack's write target: appends to a frame after its reserved header
+  std::vector<char> bytes = std::vector<char>(5);
+  void write(const char* p, std::size_t n) { bytes.insert(bytes.end(), p, p + n); }
+};
+
+void pack_bytes(msgpack::packer<FrameBuffer>& pk, const std::vector<char>& b) {
+  pk.pack_bin(std::uint32_t(b.size()));
+  pk.pack_bin_body(b.data(), std::uint32_t(b.size()));
+}
+
+void pack_byte_lists(msgpack::packer<FrameBuffer>& pk, const std::vector<std::vector<char>>& lists) {
+  pk.pack_array(std::uint32_t(lists.size()));
+  for (const auto& b : lists) pack_bytes(pk, b);
+}
+
+const msgpack::object* fields(const msgpack::object& o, std::uint32_t n) {
+  if (o.type != msgpack::type::ARRAY || o.via.array.size != n) throw std::runtime_error("malformed frame");
+  return o.via.array.ptr;
+}
+
+std::vector<char> bytes_of(const msgpack::object& o) {
+  if (o.type != msgpack::type::BIN) throw std::runtime_error("malformed frame: expected bytes");
+  return std::vector<char>(o.via.bin.ptr, o.via.bin.ptr + o.via.bin.size);
+}
+
+std::vector<std::vector<char>> byte_lists_of(const msgpack::object& o) {
+  if (o.type != msgpack::type::ARRAY) throw std::runtime_error("malformed frame: expected a list");
+  std::vector<std::vector<char>> out;
+  out.reserve(o.via.array.size);
+  for (std::uint32_t i = 0; i < o.via.array.size; ++i) out.push_back(bytes_of(o.via.array.ptr[i]));
+  return out;
+}
+
+template <class T>
+T as(const msgpack::object& o) {
+  try {
+    return o.as<T>();
+  } catch (const msgpack::type_error&) {
+    throw std::runtime_error("malformed frame: a field has the wrong type");
+  }
+}
+
+msgpack::object_handle unpack(const char* data, std::size_t size) {
+  static const msgpack::unpack_limit kLimits(/*array*/ 1u << 20, /*map*/ 16, /*str*/ 1u << 30,
+                                             /*bin*/ 0xFFFFFFFFu, /*ext*/ 0, /*depth*/ 4);
+  try {
+    std::size_t off = 0;
+    auto h = msgpack::unpack(data, size, off, nullptr, nullptr, kLimits);
+    if (off != size) throw std::runtime_error("malformed frame: trailing bytes");
+    return h;
+  } catch (const std::runtime_error&) {
+    throw;
+  } catch (const std::exception& e) {   // msgpack's own errors (insufficient bytes, limits, ...)
+    throw std::runtime_error(std::string("malformed frame: ") + e.what());
+  }
+}
+
+}  // namespace
+
+void ReplyFrame::set_error(const Error& e) {
+  error_domain = static_cast<std::uint8_t>(e.code.domain());
+  error_code = e.code.value();
+  error = e.message;
+}
+
+Error ReplyFrame::error_value() const {
+  Code code = Code::from_wire(error_domain, error_code);
+  if (static_cast<std::uint8_t>(code.domain()) != error_domain || code.value() != error_code) {
+    return Error{code, "unknown error code " + std::to_string(error_domain) + "." + std::to_string(error_code) +
+                       ": " + error};
+  }
+  return Error{code, error};
+}
+
+std::vector<char> encode_call(const CallFrame& c) {
+  FrameBuffer buf;
+  msgpack::packer<FrameBuffer> pk(buf);
+  pk.pack_array(6);
+  pk.pack(c.actor_id);
+  pk.pack(c.incarnation);
+  pk.pack(c.seq);
+  pk.pack(c.method);
+  pack_bytes(pk, c.args);
+  pack_byte_lists(pk, c.tensors);
+  seal(buf.bytes, kCallFrame);
+  return std::move(buf.bytes);
+}
+
+CallFrame decode_call(const char* data, std::size_t size) {
+  auto h = unpack(data, size);
+  const auto* f = fields(h.get(), 6);
+  CallFrame c;
+  c.actor_id = as<std::uint64_t>(f[0]);
+  c.incarnation = as<std::uint64_t>(f[1]);
+  c.seq = as<std::uint64_t>(f[2]);
+  c.method = as<std::string>(f[3]);
+  c.args = bytes_of(f[4]);
+  c.tensors = byte_lists_of(f[5]);
+  return c;
+}
+
+std::vector<char> encode_reply(const ReplyFrame& r) {
+  FrameBuffer buf;
+  msgpack::packer<FrameBuffer> pk(buf);
+  pk.pack_array(8);
+  pk.pack(r.actor_id);
+  pk.pack(r.incarnation);
+  pk.pack(r.seq);
+  pk.pack(r.error_domain);
+  pk.pack(r.error_code);
+  pk.pack(r.error);
+  pack_bytes(pk, r.result);
+  pack_byte_lists(pk, r.tensors);
+  seal(buf.bytes, kReplyFrame);
+  return std::move(buf.bytes);
+}
+
+ReplyFrame decode_reply(const char* data, std::size_t size) {
+  auto h = unpack(data, size);
+  const auto* f = fields(h.get(), 8);
+  ReplyFrame r;
+  r.actor_id = as<std::uint64_t>(f[0]);
+  r.incarnation = as<std::uint64_t>(f[1]);
+  r.seq = as<std::uint64_t>(f[2]);
+  r.error_domain = as<std::uint8_t>(f[3]);
+  r.error_code = as<std::uint16_t>(f[4]);
+  r.error = as<std::string>(f[5]);
+  r.result = bytes_of(f[6]);
+  r.tensors = byte_lists_of(f[7]);
+  return r;
+}
+
+std::vector<char> small_frame(char kind, const std::string& body) {
+  std::vector<char> f(5 + body.size());
+  std::copy(body.begin(), body.end(), f.begin() + 5);
+  seal(f, kind);
+  return f;
+}
+
+bool write_all(int fd, const char* p, std::size_t n) {
+  while (n > 0) {
+    ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    p += w;
+    n -= std::size_t(w);
+  }
+  return true;
+}
+
+bool read_frame(int fd, std::uint32_t max, char& kind, std::vector<char>& body) {
+  unsigned char len[4];
+  if (!read_exact(fd, reinterpret_cast<char*>(len), 4)) return false;
+  std::uint32_t n = std::uint32_t(len[0]) | std::uint32_t(len[1]) << 8 | std::uint32_t(len[2]) << 16 |
+                    std::uint32_t(len[3]) << 24;
+  if (n == 0 || n > max) return false;
+  body.resize(n - 1);
+  return read_exact(fd, &kind, 1) && read_exact(fd, body.data(), body.size());
+}
+
+void set_nodelay(int fd) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+void set_recv_timeout(int fd, std::chrono::milliseconds t) { set_timeout(fd, SO_RCVTIMEO, t); }
+void set_send_timeout(int fd, std::chrono::milliseconds t) { set_timeout(fd, SO_SNDTIMEO, t); }
+
+}  // namespace troupe::net

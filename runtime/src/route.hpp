@@ -1,0 +1,54 @@
+// Route: how one attempt of a call reaches the actor's current incarnation. The call table
+// (ActorCell) owns every call's fate — deadlines, retries, order, death — and hands each attempt to
+// the route it is bound to; only the route knows whether the actor is in this process (the CAF
+// mailbox, no copy: LocalRoute) or in another (cluster/remote_route.hpp).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "troupe/codec.hpp"
+#include "troupe/detail/state.hpp"
+#include "troupe/error.hpp"
+
+namespace troupe::detail {
+
+class Route;
+
+// One attempt of call `seq`, as the table hands it to a route.
+struct Attempt {
+  std::uint64_t seq = 0;
+  std::string_view method;              // valid for the duration of send()
+  Payload args;                         // the route's to keep (the table kept its own copy if it needs one)
+  std::shared_ptr<StateBase> state;     // completed directly by local routes
+};
+
+// What became of an attempt.
+struct Sent {
+  const Route* via = nullptr;           // the route that carried it (one may pass it to its fallback)
+  std::vector<std::uint64_t> regions;   // data-plane regions exposed for it: released when it ends
+  std::optional<Error> error;           // it cannot be sent at all (e.g. its tensors): fail the call
+};
+
+class Route {
+ public:
+  virtual ~Route() = default;
+  // The incarnation this route reaches (FT-2: replies of another are ignored). 0 for local routes.
+  virtual std::uint64_t incarnation() const = 0;
+  // Local routes complete calls through the cell (by the state they were handed), are bound once
+  // and never replaced, so the table sends on them without its send lock. Remote routes answer by
+  // (incarnation, seq) through ActorCell::take_reply.
+  virtual bool local() const = 0;
+  // Delivers the attempt. Called in submission order per cell for remote routes. Never throws.
+  virtual Sent send(Attempt attempt) = 0;
+  // Where calls go when this route breaks with the actor still alive (ActorCell::route_broken);
+  // null: they wait for the next bind.
+  virtual std::shared_ptr<Route> fallback() const { return nullptr; }
+  // The actor is dead to this process: a local route stops its host. Idempotent.
+  virtual void stop() {}
+};
+
+}  // namespace troupe::detail
