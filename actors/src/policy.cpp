@@ -165,7 +165,7 @@ void kernel_logprobs(const at::Tensor& logits, const at::Tensor& targets, float 
   opts.temperature = temperature;
   auto st = kernels::logprob_gather(logits.data_ptr<float>(), rows, vocab, targets.data_ptr<std::int64_t>(),
                                     logp.data_ptr<float>(), entropy ? entropy->data_ptr<float>() : nullptr, opts);
-  if (!st.ok()) throw std::runtime_error("logprob_gather: " + st.message());
+  if (!st.ok()) throw ErrorException(Error{st.error().code, "logprob_gather: " + st.error().message});
 }
 
 }  // namespace

@@ -212,7 +212,7 @@ SafetensorsFile read_safetensors(const std::string& path) {
   try {
     return parse_safetensors(bytes);
   } catch (const SafetensorsError& e) {
-    throw SafetensorsError(path + ": " + e.what());
+    throw SafetensorsError(path + ": " + e.error().message);
   }
 }
 

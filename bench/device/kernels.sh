@@ -16,7 +16,7 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,clo
 
 echo "== build ($ARCH) in $BUILD"
 t0=$(date +%s)
-common=(-std=c++20 -O3 -DNDEBUG -Ikernels/include -Ikernels/src)
+common=(-std=c++20 -O3 -DNDEBUG -Ibase/include -Ikernels/include -Ikernels/src)
 objs=()
 compile() {  # compile <src> <obj>: g++ for .cpp, nvcc for .cu
   if [[ $1 == *.cu ]]; then
@@ -25,7 +25,7 @@ compile() {  # compile <src> <obj>: g++ for .cpp, nvcc for .cu
     g++ "${common[@]}" -fopenmp-simd -fno-trapping-math -c "$1" -o "$2"
   fi
 }
-for src in kernels/cpu/*.cpp kernels/cuda/*.cu bench/device/kernels_check.cu; do
+for src in base/src/error.cpp kernels/cpu/*.cpp kernels/cuda/*.cu bench/device/kernels_check.cu; do
   [[ $src == */cuda_unavailable.cpp ]] && continue
   obj="$BUILD/$(basename "$src").o"
   objs+=("$obj")

@@ -29,7 +29,7 @@ namespace {
 
 void must(const tk::Status& s, const char* what) {
   if (!s.ok()) {
-    std::fprintf(stderr, "%s failed: %s\n", what, s.message().c_str());
+    std::fprintf(stderr, "%s failed: %s\n", what, s.error().message.c_str());
     std::exit(2);
   }
 }
@@ -270,7 +270,7 @@ void check_bucket(tk::WireFormat wire, const char* name) {
 
 int main(int argc, char** argv) {
   if (!tk::cuda_available()) {
-    std::fprintf(stderr, "%s\n", tk::cuda::device_status().message().c_str());
+    std::fprintf(stderr, "%s\n", tk::cuda::device_status().error().message.c_str());
     return 2;
   }
   cudaDeviceProp prop{};

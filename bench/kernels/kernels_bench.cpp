@@ -31,7 +31,7 @@ double median_ms(const std::function<void()>& fn, int reps) {
 }
 
 void must(const tk::Status& s) {
-  if (!s.ok()) throw std::runtime_error(s.message());
+  if (!s.ok()) throw std::runtime_error(s.error().message);
 }
 
 json entry(double ms, double bytes, double torch_ms, double max_diff) {

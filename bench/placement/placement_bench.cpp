@@ -46,12 +46,12 @@ double pg_create_remove_per_s() {
   while (seconds_since(start) < 1.5) {
     for (int i = 0; i < 1000; ++i) {
       auto g = s.create_placement_group(specs[done % 4]);
-      if (!g.is_ok()) throw std::runtime_error(g.status().to_string());
-      if (!s.remove_placement_group(g->id).is_ok()) throw std::runtime_error("remove failed");
+      if (!g.ok()) throw std::runtime_error(g.error().to_string());
+      if (!s.remove_placement_group(g->id).ok()) throw std::runtime_error("remove failed");
       ++done;
     }
   }
-  if (!s.validate().is_ok()) throw std::runtime_error(s.validate().to_string());
+  if (!s.validate().ok()) throw std::runtime_error(s.validate().error().to_string());
   return static_cast<double>(done) / seconds_since(start);
 }
 
@@ -75,7 +75,7 @@ double actor_placements_per_s(std::size_t nodes) {
   const double rate = static_cast<double>(placed) / seconds_since(start);
   std::cerr << nodes << " nodes: " << placed << " of " << attempts << " placements succeeded, "
             << sim.actors().size() << " actors live\n";
-  if (!sim.scheduler().validate().is_ok()) throw std::runtime_error(sim.scheduler().validate().to_string());
+  if (!sim.scheduler().validate().ok()) throw std::runtime_error(sim.scheduler().validate().error().to_string());
   return rate;
 }
 

@@ -17,7 +17,7 @@ std::int64_t now_ms() {
 
 placement::Resources parse_resources(const std::string& text) {
   auto r = placement::Resources::parse(text);
-  if (!r.is_ok()) throw std::invalid_argument("bad resources '" + text + "': " + r.status().message());
+  if (!r.ok()) throw std::invalid_argument("bad resources '" + text + "': " + r.error().message);
   return *r;
 }
 
@@ -32,7 +32,7 @@ net::HttpResponse Head::register_node(const json& body) {
   n.row = NodeRow{std::to_string(id), body.value("address", "127.0.0.1"), body.value("hostname", ""), "alive",
                   total.to_string(), total.to_string(), body.value("pid", std::int64_t{0}), now_ms(), now_ms()};
   n.last_seen = std::chrono::steady_clock::now();
-  if (auto st = scheduler_.add_node(id, total); !st.is_ok()) throw std::invalid_argument(st.to_string());
+  if (auto st = scheduler_.add_node(id, total); !st.ok()) throw std::invalid_argument(st.error().to_string());
   save(n.row);
   spdlog::info("head: node {} joined from {} with {}", id, n.row.address, n.row.resources);
   after_release();
@@ -160,17 +160,17 @@ void Head::place_and_start(ActorRow& a, std::uint64_t colocate_with) {
     req.colocate = spec.value("colocate", false);
   }
   auto placed = scheduler_.place_actor(req);
-  if (!placed.is_ok()) {
-    if (placed.status().code() == placement::StatusCode::kInvalidArgument ||
-        placed.status().code() == placement::StatusCode::kNotFound) {
+  if (!placed.ok()) {
+    if (placed.error().code == PlacementCode::InvalidArgument ||
+        placed.error().code == PlacementCode::NotFound) {
       a.state = "dead";   // can never be placed: a bad bundle index, a removed group
-      a.death_reason = "cannot be placed: " + placed.status().message();
+      a.death_reason = "cannot be placed: " + placed.error().message;
       return;
     }
     a.worker_id.clear();   // waits, pending, until a node or a bundle with room appears
     a.node_id.clear();
-    a.death_reason = "waiting for resources: " + placed.status().message();
-    spdlog::info("head: actor {} is pending: {}", a.id, placed.status().to_string());
+    a.death_reason = "waiting for resources: " + placed.error().message;
+    spdlog::info("head: actor {} is pending: {}", a.id, placed.error().to_string());
     return;
   }
   start_on_worker(*worker_for(*placed, binary), a);
@@ -282,7 +282,7 @@ void Head::after_release() {
 void Head::save(const ActorRow& a) {
   try {
     store_->put_actor(a);
-  } catch (const StoreError& e) {
+  } catch (const ErrorException& e) {   // ControlCode::Store
     spdlog::error("head: {}", e.what());
   }
 }
@@ -290,7 +290,7 @@ void Head::save(const ActorRow& a) {
 void Head::save(const NodeRow& n) {
   try {
     store_->put_node(n);
-  } catch (const StoreError& e) {
+  } catch (const ErrorException& e) {
     spdlog::error("head: {}", e.what());
   }
 }

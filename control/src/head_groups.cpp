@@ -16,23 +16,23 @@ net::HttpResponse Head::create_group(const json& body) {
   placement::PlacementGroupSpec spec;
   for (const auto& b : body.at("bundles")) {
     auto r = placement::Resources::parse(b.get<std::string>());
-    if (!r.is_ok()) return error_reply(400, "bad bundle '" + b.get<std::string>() + "': " + r.status().message());
+    if (!r.ok()) return error_reply(400, "bad bundle '" + b.get<std::string>() + "': " + r.error().message);
     spec.bundles.push_back(*r);
   }
   auto strategy = placement::parse_strategy(body.value("strategy", "PACK"));
-  if (!strategy.is_ok()) return error_reply(400, strategy.status().message());
+  if (!strategy.ok()) return error_reply(400, strategy.error().message);
   spec.strategy = *strategy;
   spec.name = body.value("name", "");
   spec.wait_if_unplaced = body.value("wait", true);
   std::lock_guard lk(mu_);
   auto created = scheduler_.create_placement_group(spec);
-  if (!created.is_ok()) return error_reply(created.status().code() == placement::StatusCode::kInvalidArgument ? 400 : 409,
-                                           created.status().to_string());
+  if (!created.ok()) return error_reply(created.error().code == PlacementCode::InvalidArgument ? 400 : 409,
+                                           created.error().to_string());
   spdlog::info("head: placement group {} ({}, {} bundles): {}", created->id, placement::to_string(spec.strategy),
                spec.bundles.size(), placement::to_string(created->state));
   changed();
   return reply(200, json{{"id", created->id}, {"state", std::string(placement::to_string(created->state))},
-                         {"reason", created->reason.is_ok() ? "" : created->reason.to_string()}});
+                         {"reason", created->reason.ok() ? "" : created->reason.error().to_string()}});
 }
 
 net::HttpResponse Head::get_group(std::uint64_t id) {
@@ -45,7 +45,7 @@ net::HttpResponse Head::get_group(std::uint64_t id) {
 net::HttpResponse Head::remove_group(std::uint64_t id) {
   std::lock_guard lk(mu_);
   auto removed = scheduler_.remove_placement_group(id);
-  if (!removed.is_ok()) return error_reply(404, removed.status().to_string());
+  if (!removed.ok()) return error_reply(404, removed.error().to_string());
   for (auto aid : *removed) {
     auto it = actors_.find(aid);
     if (it != actors_.end() && it->second.state != "dead") bury(it->second, "its placement group was removed");

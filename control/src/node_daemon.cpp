@@ -46,9 +46,9 @@ void NodeDaemon::start(std::chrono::milliseconds timeout) {
     try {
       node_id_ = post("/api/v1/nodes", req, std::chrono::seconds(5)).at("node_id").get<std::uint64_t>();
       break;
-    } catch (const net::HttpError& e) {   // not up yet: retry until the deadline
+    } catch (const ErrorException& e) {   // not up yet (NetCode::Unreachable): retry until the deadline
       if (std::chrono::steady_clock::now() > deadline) {
-        throw std::runtime_error(std::string("cannot reach the head: ") + e.what());
+        throw std::runtime_error("cannot reach the head: " + e.error().message);
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }

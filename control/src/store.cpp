@@ -22,7 +22,7 @@ class Statement {
  public:
   Statement(sqlite3* db, const char* sql) : db_(db) {
     if (sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr) != SQLITE_OK) {
-      throw StoreError(std::string("prepare: ") + sqlite3_errmsg(db));
+      throw ErrorException(Error{ControlCode::Store, std::string("prepare: ") + sqlite3_errmsg(db)});
     }
   }
   ~Statement() { sqlite3_finalize(stmt_); }
@@ -46,7 +46,7 @@ class Statement {
     int rc = sqlite3_step(stmt_);
     if (rc == SQLITE_ROW) return true;
     if (rc == SQLITE_DONE) return false;
-    throw StoreError(std::string(what) + ": " + sqlite3_errmsg(db_));
+    throw ErrorException(Error{ControlCode::Store, std::string(what) + ": " + sqlite3_errmsg(db_)});
   }
   std::string text(int col) const {
     auto* p = reinterpret_cast<const char*>(sqlite3_column_blob(stmt_, col));
@@ -65,7 +65,7 @@ class SqliteStore final : public Store {
     if (sqlite3_open(path.c_str(), &db_) != SQLITE_OK) {
       std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
       sqlite3_close(db_);
-      throw StoreError("cannot open store " + path + ": " + msg);
+      throw ErrorException(Error{ControlCode::Store, "cannot open store " + path + ": " + msg});
     }
     sqlite3_busy_timeout(db_, 5000);
     exec("PRAGMA journal_mode=WAL;");
@@ -141,7 +141,7 @@ class SqliteStore final : public Store {
     if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
       std::string msg = err ? err : "unknown error";
       sqlite3_free(err);
-      throw StoreError(std::string("store: ") + msg);
+      throw ErrorException(Error{ControlCode::Store, std::string("store: ") + msg});
     }
   }
 

@@ -12,7 +12,7 @@ namespace troupe::kernels {
 Status group_advantages(const float* scores, std::int64_t groups, std::int64_t group_size,
                         float* advantages, float* group_mean, float* group_std,
                         const AdvantageOptions& o) {
-  TROUPE_KERNELS_RETURN_IF_ERROR(
+  TROUPE_RETURN_IF_ERROR(
       detail::check_advantages(scores, groups, group_size, advantages, o));
   const std::int64_t g_size = group_size;
   const double denom = o.unbiased_std ? double(g_size - 1) : double(g_size);

@@ -108,7 +108,7 @@ void zero_padding(const BucketLayout& layout, std::byte* out) {
 
 Status pack_bucket(const BucketLayout& layout, std::span<const void* const> tensors,
                    std::byte* bucket) {
-  TROUPE_KERNELS_RETURN_IF_ERROR(detail::check_bucket_io(layout, tensors.size(), bucket, tensors));
+  TROUPE_RETURN_IF_ERROR(detail::check_bucket_io(layout, tensors.size(), bucket, tensors));
   if (layout.bytes > 0) zero_padding(layout, bucket);
   const std::vector<detail::BucketTask> tasks = detail::bucket_tasks(layout);
   detail::parallel_for(std::int64_t(tasks.size()), detail::kTaskElems * 6, [&](std::int64_t b, std::int64_t e) {
@@ -123,7 +123,7 @@ Status pack_bucket(const BucketLayout& layout, std::span<const void* const> tens
 Status unpack_bucket(const BucketLayout& layout, const std::byte* bucket,
                      std::span<void* const> tensors) {
   std::vector<const void*> views(tensors.begin(), tensors.end());
-  TROUPE_KERNELS_RETURN_IF_ERROR(detail::check_bucket_io(layout, tensors.size(), bucket, views));
+  TROUPE_RETURN_IF_ERROR(detail::check_bucket_io(layout, tensors.size(), bucket, views));
   const std::vector<detail::BucketTask> tasks = detail::bucket_tasks(layout);
   detail::parallel_for(std::int64_t(tasks.size()), detail::kTaskElems * 6, [&](std::int64_t b, std::int64_t e) {
     for (std::int64_t i = b; i < e; ++i) {

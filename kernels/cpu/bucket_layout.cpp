@@ -18,19 +18,19 @@ const BucketEntry* BucketLayout::find(std::string_view name) const {
 }
 
 Status plan_bucket(std::span<const TensorSpec> specs, BucketLayout* layout) {
-  if (!layout) return {ErrorCode::kBadArguments, "plan_bucket: null layout"};
+  if (!layout) return {KernelCode::BadArguments, "plan_bucket: null layout"};
   BucketLayout out;
   std::unordered_set<std::string_view> names;
   std::size_t offset = 0;
   for (const TensorSpec& s : specs) {
     if (s.name.empty() || !names.insert(s.name).second) {
-      return {ErrorCode::kBadArguments, "plan_bucket: empty or repeated name '" + s.name + "'"};
+      return {KernelCode::BadArguments, "plan_bucket: empty or repeated name '" + s.name + "'"};
     }
     if (s.dtype != DType::kF32 && s.dtype != DType::kBF16) {
-      return {ErrorCode::kBadArguments, "plan_bucket: unknown dtype for " + s.name};
+      return {KernelCode::BadArguments, "plan_bucket: unknown dtype for " + s.name};
     }
     if (s.rows < 0 || s.cols < 0) {
-      return {ErrorCode::kBadArguments, "plan_bucket: negative size for " + s.name};
+      return {KernelCode::BadArguments, "plan_bucket: negative size for " + s.name};
     }
     BucketEntry e{s, offset, 0, 0};
     const std::size_t n = std::size_t(s.numel());
@@ -41,7 +41,7 @@ Status plan_bucket(std::span<const TensorSpec> specs, BucketLayout* layout) {
         e.data_offset = align_up(4 * std::size_t(s.rows), 16);
         e.bytes = e.data_offset + n;
         break;
-      default: return {ErrorCode::kBadArguments, "plan_bucket: unknown wire format"};
+      default: return {KernelCode::BadArguments, "plan_bucket: unknown wire format"};
     }
     offset = align_up(offset + e.bytes, kBucketAlign);
     out.entries.push_back(std::move(e));

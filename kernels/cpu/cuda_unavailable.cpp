@@ -10,7 +10,7 @@ namespace cuda {
 namespace {
 
 Status unavailable() {
-  return {ErrorCode::kUnavailable, "troupe::kernels was built without CUDA (nvcc not found)"};
+  return {KernelCode::Unavailable, "troupe::kernels was built without CUDA (nvcc not found)"};
 }
 
 }  // namespace

@@ -44,7 +44,7 @@ void kl_slice(const float* logp, const float* ref, const std::uint8_t* mask, std
 
 Status kl_penalty(const float* logp, const float* ref_logp, const std::uint8_t* mask,
                   std::int64_t n, float* kl, const KlOptions& o) {
-  TROUPE_KERNELS_RETURN_IF_ERROR(detail::check_kl(logp, ref_logp, n, kl, o));
+  TROUPE_RETURN_IF_ERROR(detail::check_kl(logp, ref_logp, n, kl, o));
   detail::parallel_for(n, 13, [&](std::int64_t b, std::int64_t e) {
     kl_slice(logp, ref_logp, mask, b, e, o.estimator, o.log_ratio_clamp, kl);
   });

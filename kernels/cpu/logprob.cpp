@@ -100,7 +100,7 @@ void rows_bf16(const bf16* logits, std::int64_t begin, std::int64_t end, std::in
 template <typename T, typename RowsFn>
 Status run(const T* logits, std::int64_t rows, std::int64_t vocab, const std::int64_t* tokens,
            float* logprob, float* entropy, const LogprobOptions& o, RowsFn rows_fn) {
-  TROUPE_KERNELS_RETURN_IF_ERROR(detail::check_logprob(logits, rows, vocab, tokens, logprob, o));
+  TROUPE_RETURN_IF_ERROR(detail::check_logprob(logits, rows, vocab, tokens, logprob, o));
   const std::int64_t stride = o.row_stride ? o.row_stride : vocab;
   const float inv_t = 1.0f / o.temperature;
   detail::parallel_for(rows, vocab * std::int64_t(sizeof(T)), [&](std::int64_t b, std::int64_t e) {

@@ -77,7 +77,7 @@ std::int64_t count_valid(const std::uint8_t* mask, std::int64_t n) {
 Status policy_loss(const float* logp, const float* old_logp, const float* advantages,
                    const std::uint8_t* mask, std::int64_t rows, std::int64_t tokens, float* loss,
                    float* grad_logp, float* clip_fraction, const PolicyLossOptions& o) {
-  TROUPE_KERNELS_RETURN_IF_ERROR(detail::check_policy_loss(logp, old_logp, advantages, rows,
+  TROUPE_RETURN_IF_ERROR(detail::check_policy_loss(logp, old_logp, advantages, rows,
                                                            tokens, loss, grad_logp, o));
   if (tokens == 0) rows = 0;  // nothing to read or write but the scalars
   std::vector<std::int64_t> counts(static_cast<std::size_t>(rows));

@@ -57,8 +57,8 @@ void launch(const float* scores, std::int64_t groups, std::int64_t g_size, float
 Status group_advantages(const float* scores, std::int64_t groups, std::int64_t group_size,
                         float* advantages, float* group_mean, float* group_std,
                         const AdvantageOptions& o, Stream stream) {
-  TROUPE_KERNELS_RETURN_IF_ERROR(device_status());
-  TROUPE_KERNELS_RETURN_IF_ERROR(::troupe::kernels::detail::check_advantages(
+  TROUPE_RETURN_IF_ERROR(device_status());
+  TROUPE_RETURN_IF_ERROR(::troupe::kernels::detail::check_advantages(
       scores, groups, group_size, advantages, o));
   if (groups == 0) return {};
   const double denom = o.unbiased_std ? double(group_size - 1) : double(group_size);

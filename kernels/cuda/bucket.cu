@@ -105,7 +105,7 @@ std::vector<Task> make_tasks(const BucketLayout& layout, std::span<void* const> 
 
 Status run(const std::vector<Task>& tasks, bool pack, cudaStream_t s) {
   if (tasks.empty()) return {};
-  if (tasks.size() > 0x7fffffffu) return {ErrorCode::kBadArguments, "bucket: too many tasks"};
+  if (tasks.size() > 0x7fffffffu) return {KernelCode::BadArguments, "bucket: too many tasks"};
   const std::size_t bytes = tasks.size() * sizeof(Task);
   void* table = nullptr;
   cudaError_t err = cudaMallocAsync(&table, bytes, s);
@@ -125,8 +125,8 @@ Status run(const std::vector<Task>& tasks, bool pack, cudaStream_t s) {
 
 Status pack_bucket(const BucketLayout& layout, std::span<const void* const> tensors,
                    std::byte* bucket, Stream stream) {
-  TROUPE_KERNELS_RETURN_IF_ERROR(device_status());
-  TROUPE_KERNELS_RETURN_IF_ERROR(kd::check_bucket_io(layout, tensors.size(), bucket, tensors));
+  TROUPE_RETURN_IF_ERROR(device_status());
+  TROUPE_RETURN_IF_ERROR(kd::check_bucket_io(layout, tensors.size(), bucket, tensors));
   std::vector<void*> ptrs;
   for (const void* p : tensors) ptrs.push_back(const_cast<void*>(p));  // read only in pack_kernel
   return run(make_tasks(layout, ptrs, bucket, true), true, detail::to_stream(stream));
@@ -134,9 +134,9 @@ Status pack_bucket(const BucketLayout& layout, std::span<const void* const> tens
 
 Status unpack_bucket(const BucketLayout& layout, const std::byte* bucket,
                      std::span<void* const> tensors, Stream stream) {
-  TROUPE_KERNELS_RETURN_IF_ERROR(device_status());
+  TROUPE_RETURN_IF_ERROR(device_status());
   std::vector<const void*> views(tensors.begin(), tensors.end());
-  TROUPE_KERNELS_RETURN_IF_ERROR(kd::check_bucket_io(layout, tensors.size(), bucket, views));
+  TROUPE_RETURN_IF_ERROR(kd::check_bucket_io(layout, tensors.size(), bucket, views));
   return run(make_tasks(layout, tensors, const_cast<std::byte*>(bucket), false), false,
              detail::to_stream(stream));
 }

@@ -13,7 +13,7 @@ namespace troupe::kernels::cuda::detail {
 inline cudaStream_t to_stream(Stream s) { return static_cast<cudaStream_t>(s); }
 
 inline Status cuda_error(const char* what, cudaError_t err) {
-  return {ErrorCode::kDeviceError, std::string(what) + ": " + cudaGetErrorString(err)};
+  return {KernelCode::DeviceError, std::string(what) + ": " + cudaGetErrorString(err)};
 }
 
 // After a launch: the launch's own error (bad configuration, no kernel image), if any.

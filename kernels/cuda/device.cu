@@ -13,10 +13,10 @@ const Status& probe() {
     const cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess) {
       cudaGetLastError();  // clear the sticky-free error so later calls start clean
-      return Status{ErrorCode::kUnavailable,
+      return Status{KernelCode::Unavailable,
                     std::string("no usable CUDA device: ") + cudaGetErrorString(err)};
     }
-    if (count == 0) return Status{ErrorCode::kUnavailable, "no CUDA device found"};
+    if (count == 0) return Status{KernelCode::Unavailable, "no CUDA device found"};
     return Status{};
   }();
   return status;

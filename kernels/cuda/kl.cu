@@ -27,8 +27,8 @@ __global__ void kl_kernel(const float* logp, const float* ref, const std::uint8_
 
 Status kl_penalty(const float* logp, const float* ref_logp, const std::uint8_t* mask,
                   std::int64_t n, float* kl, const KlOptions& o, Stream stream) {
-  TROUPE_KERNELS_RETURN_IF_ERROR(device_status());
-  TROUPE_KERNELS_RETURN_IF_ERROR(::troupe::kernels::detail::check_kl(logp, ref_logp, n, kl, o));
+  TROUPE_RETURN_IF_ERROR(device_status());
+  TROUPE_RETURN_IF_ERROR(::troupe::kernels::detail::check_kl(logp, ref_logp, n, kl, o));
   if (n == 0) return {};
   kl_kernel<<<detail::grid_for(n, kThreads), kThreads, 0, detail::to_stream(stream)>>>(
       logp, ref_logp, mask, n, o.estimator, o.log_ratio_clamp, kl);

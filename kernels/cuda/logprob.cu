@@ -130,11 +130,11 @@ __global__ __launch_bounds__(kThreads) void logprob_kernel(const T* logits, std:
 template <typename T>
 Status launch(const T* logits, std::int64_t rows, std::int64_t vocab, const std::int64_t* tokens,
               float* logprob, float* entropy, const LogprobOptions& o, Stream stream) {
-  TROUPE_KERNELS_RETURN_IF_ERROR(device_status());
-  TROUPE_KERNELS_RETURN_IF_ERROR(
+  TROUPE_RETURN_IF_ERROR(device_status());
+  TROUPE_RETURN_IF_ERROR(
       ::troupe::kernels::detail::check_logprob(logits, rows, vocab, tokens, logprob, o));
   if (rows == 0) return {};
-  if (rows > 0x7fffffff) return {ErrorCode::kBadArguments, "logprob_gather: rows > 2^31 - 1"};
+  if (rows > 0x7fffffff) return {KernelCode::BadArguments, "logprob_gather: rows > 2^31 - 1"};
   const std::int64_t stride = o.row_stride ? o.row_stride : vocab;
   const bool vector_ok = reinterpret_cast<std::uintptr_t>(logits) % 16 == 0 &&
                          (stride * std::int64_t(sizeof(T))) % 16 == 0;

@@ -85,10 +85,10 @@ Status policy_loss(const float* logp, const float* old_logp, const float* advant
                    const std::uint8_t* mask, std::int64_t rows, std::int64_t tokens, float* loss,
                    float* grad_logp, float* clip_fraction, const PolicyLossOptions& o,
                    Stream stream) {
-  TROUPE_KERNELS_RETURN_IF_ERROR(device_status());
-  TROUPE_KERNELS_RETURN_IF_ERROR(
+  TROUPE_RETURN_IF_ERROR(device_status());
+  TROUPE_RETURN_IF_ERROR(
       kd::check_policy_loss(logp, old_logp, advantages, rows, tokens, loss, grad_logp, o));
-  if (rows > 0x7fffffff) return {ErrorCode::kBadArguments, "policy_loss: rows > 2^31 - 1"};
+  if (rows > 0x7fffffff) return {KernelCode::BadArguments, "policy_loss: rows > 2^31 - 1"};
   if (tokens == 0) rows = 0;
   cudaStream_t s = detail::to_stream(stream);
   const std::size_t bytes = sizeof(Totals) + std::size_t(rows) * (8 + sizeof(RowResult));

@@ -213,11 +213,11 @@ HttpResponse http_call(const std::string& host, std::uint16_t port, const std::s
   if (ec) {
     tcp::resolver resolver{ioc};
     auto results = resolver.resolve(host, std::to_string(port), ec);
-    if (ec || results.empty()) throw HttpError("cannot resolve " + host);
+    if (ec || results.empty()) throw ErrorException(Error{NetCode::Unreachable, "cannot resolve " + host});
     addr = results.begin()->endpoint().address();
   }
   sock.connect(tcp::endpoint{addr, port}, ec);
-  if (ec) throw HttpError("cannot reach " + host + ":" + std::to_string(port) + ": " + ec.message());
+  if (ec) throw ErrorException(Error{NetCode::Unreachable, "cannot reach " + host + ":" + std::to_string(port) + ": " + ec.message()});
   set_socket_timeouts(sock.native_handle(), timeout);
   bhttp::request<bhttp::string_body> req{bhttp::string_to_verb(method), target, 11};
   req.set(bhttp::field::host, host);
@@ -227,12 +227,12 @@ HttpResponse http_call(const std::string& host, std::uint16_t port, const std::s
   req.body() = body;
   req.prepare_payload();
   bhttp::write(sock, req, ec);
-  if (ec) throw HttpError("sending to " + host + ":" + std::to_string(port) + ": " + ec.message());
+  if (ec) throw ErrorException(Error{NetCode::Unreachable, "sending to " + host + ":" + std::to_string(port) + ": " + ec.message()});
   beast::flat_buffer buf;
   bhttp::response_parser<bhttp::string_body> parser;
   parser.body_limit(kBodyLimit);
   bhttp::read(sock, buf, parser, ec);
-  if (ec) throw HttpError("reading from " + host + ":" + std::to_string(port) + ": " + ec.message());
+  if (ec) throw ErrorException(Error{NetCode::Unreachable, "reading from " + host + ":" + std::to_string(port) + ": " + ec.message()});
   sock.shutdown(tcp::socket::shutdown_both, ec);
   auto& res = parser.get();
   return HttpResponse{static_cast<int>(res.result_int()), res.body(), std::string(res[bhttp::field::content_type])};

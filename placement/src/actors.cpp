@@ -13,8 +13,6 @@ using detail::kNoSlot;
 
 namespace {
 
-Status error(StatusCode code, std::string message) { return {code, std::move(message)}; }
-
 std::string actor_name(ActorId id) { return "actor " + std::to_string(id); }
 
 void detach(std::vector<ActorId>& list, std::size_t pos, std::unordered_map<ActorId, ActorRec>& actors) {
@@ -29,8 +27,8 @@ Result<int> choose_bundle(const Scheduler::Impl& m, const GroupRec& g, const Act
   const BundleRef& ref = *req.bundle;
   const int n = static_cast<int>(g.bundles.size());
   if (ref.index >= n || ref.index < -1)
-    return error(StatusCode::kInvalidArgument, "group " + std::to_string(g.id) + " has " + std::to_string(n) +
-                                                   " bundles; bundle " + std::to_string(ref.index) + " asked");
+    return Error{PlacementCode::InvalidArgument, "group " + std::to_string(g.id) + " has " + std::to_string(n) +
+                                                   " bundles; bundle " + std::to_string(ref.index) + " asked"};
   const Quantity gpu = req.resources.get(kGpu);
   bool any_reserved = false, any_total_fits = false;
   for (int i = ref.index < 0 ? 0 : ref.index; i < (ref.index < 0 ? n : ref.index + 1); ++i) {
@@ -43,23 +41,23 @@ Result<int> choose_bundle(const Scheduler::Impl& m, const GroupRec& g, const Act
   }
   const std::string where = "group " + std::to_string(g.id) + (ref.index < 0 ? "" : " bundle " + std::to_string(ref.index));
   if (!any_reserved)
-    return error(StatusCode::kFailedPrecondition, where + " is not reserved (group " + std::string(to_string(g.state)) + ")");
+    return Error{PlacementCode::FailedPrecondition, where + " is not reserved (group " + std::string(to_string(g.state)) + ")"};
   if (!any_total_fits)
-    return error(StatusCode::kInfeasible, actor_name(req.actor) + " asks " + req.resources.to_string() +
+    return Error{PlacementCode::Infeasible, actor_name(req.actor) + " asks " + req.resources.to_string() +
                                               (req.selector.empty() ? "" : " on " + req.selector.to_string()) +
-                                              ", more than " + where + " holds");
-  return error(StatusCode::kUnavailable, actor_name(req.actor) + " asks " + req.resources.to_string() + " but " + where +
-                                             " has no room left for it");
+                                              ", more than " + where + " holds"};
+  return Error{PlacementCode::Unavailable, actor_name(req.actor) + " asks " + req.resources.to_string() + " but " + where +
+                                             " has no room left for it"};
 }
 
 }  // namespace
 
 Result<Placement> Scheduler::Impl::place_in_bundle(const ActorRequest& req, ActorRec& rec) {
   auto git = groups.find(req.bundle->group);
-  if (git == groups.end()) return error(StatusCode::kNotFound, "no placement group " + std::to_string(req.bundle->group));
+  if (git == groups.end()) return Error{PlacementCode::NotFound, "no placement group " + std::to_string(req.bundle->group)};
   GroupRec& g = git->second;
   auto index = choose_bundle(*this, g, req);
-  if (!index.is_ok()) return index.status();
+  if (!index.ok()) return index.error();
   BundleRec& b = g.bundles[*index];
   b.available -= req.resources;
   Placement& p = rec.placement;
@@ -77,10 +75,10 @@ Result<Placement> Scheduler::Impl::place_on_node(const ActorRequest& req, ActorR
   const std::uint32_t slot = pick_node(d);
   if (slot == kNoSlot) {
     const bool ever = fits_some_total(d);
-    return error(ever ? StatusCode::kUnavailable : StatusCode::kInfeasible,
+    return Error{ever ? PlacementCode::Unavailable : PlacementCode::Infeasible,
                  actor_name(req.actor) + " asks " + req.resources.to_string() +
                      (req.selector.empty() ? "" : " on " + req.selector.to_string()) +
-                     (ever ? ": no alive node has that free now" : ": no alive node could ever hold it"));
+                     (ever ? ": no alive node has that free now" : ": no alive node could ever hold it")};
   }
   take_from_node(slot, req.resources);
   Placement& p = rec.placement;
@@ -94,15 +92,15 @@ Result<Placement> Scheduler::Impl::place_on_node(const ActorRequest& req, ActorR
 
 Result<Placement> Scheduler::place_actor(const ActorRequest& req) {
   Impl& m = *impl_;
-  if (m.actors.contains(req.actor)) return error(StatusCode::kAlreadyExists, actor_name(req.actor) + " is already placed");
-  if (Status s = detail::check_amounts(req.resources, actor_name(req.actor)); !s.is_ok()) return s;
+  if (m.actors.contains(req.actor)) return Error{PlacementCode::AlreadyExists, actor_name(req.actor) + " is already placed"};
+  TROUPE_RETURN_IF_ERROR(detail::check_amounts(req.resources, actor_name(req.actor)));
   if (req.colocate && (!req.bundle || req.bundle->index < 0))
-    return error(StatusCode::kInvalidArgument, actor_name(req.actor) + ": colocate needs a bundle index");
+    return Error{PlacementCode::InvalidArgument, actor_name(req.actor) + ": colocate needs a bundle index"};
   ActorRec rec;
   rec.resources = req.resources;
   rec.placement.actor = req.actor;
   auto placed = req.bundle ? m.place_in_bundle(req, rec) : m.place_on_node(req, rec);
-  if (!placed.is_ok()) return placed;
+  if (!placed.ok()) return placed;
   placed->node = m.nodes[rec.slot].id;
   rec.placement.node = placed->node;
   m.actors.emplace(req.actor, std::move(rec));
@@ -132,11 +130,11 @@ void Scheduler::Impl::erase_actor(ActorId id, bool return_resources) {
 Status Scheduler::release_actor(ActorId id) {
   Impl& m = *impl_;
   auto it = m.actors.find(id);
-  if (it == m.actors.end()) return error(StatusCode::kNotFound, "no placed " + actor_name(id));
+  if (it == m.actors.end()) return Error{PlacementCode::NotFound, "no placed " + actor_name(id)};
   const bool frees_node = !it->second.placement.bundle;
   m.erase_actor(id, true);
   if (frees_node) m.retry_waiting();
-  return Status::ok();
+  return Status{};
 }
 
 // ---------------------------------------------------------------- snapshots

@@ -178,7 +178,7 @@ Status Scheduler::Impl::explain_unplaced(const GroupRec& g, const std::vector<in
       d.gpu_parts.push_back(g.bundles[i].total.get(kGpu));
     }
     if (!fits_some_total(d))
-      return {StatusCode::kInfeasible, what + ": no alive node could ever hold " + d.total.to_string() + " at once"};
+      return {PlacementCode::Infeasible, what + ": no alive node could ever hold " + d.total.to_string() + " at once"};
   } else if (g.strategy == Strategy::kStrictSpread) {
     const std::vector<std::uint32_t> used = group_slots(g);
     std::vector<std::vector<std::uint32_t>> edges(todo.size());
@@ -193,17 +193,17 @@ Status Scheduler::Impl::explain_unplaced(const GroupRec& g, const std::vector<in
       }
     std::vector<std::uint32_t> match;
     if (const std::size_t m = max_matching(edges, match); m < todo.size())
-      return {StatusCode::kInfeasible, what + ": even on an empty cluster only " + std::to_string(m) +
+      return {PlacementCode::Infeasible, what + ": even on an empty cluster only " + std::to_string(m) +
                                            " of its bundles could sit on distinct alive nodes"};
   } else {
     for (int i : todo) {
       Demand d = bundle_demand(g, i);
       if (!fits_some_total(d))
-        return {StatusCode::kInfeasible, what + ": bundle " + std::to_string(i) + " {" + d.total.to_string() + "}" +
+        return {PlacementCode::Infeasible, what + ": bundle " + std::to_string(i) + " {" + d.total.to_string() + "}" +
                                              (sel ? " on " + sel->to_string() : "") + " fits no alive node"};
     }
   }
-  return {StatusCode::kUnavailable, what + " fits the cluster's totals but not what is free now"};
+  return {PlacementCode::Unavailable, what + " fits the cluster's totals but not what is free now"};
 }
 
 void Scheduler::Impl::retry_waiting() {
@@ -227,12 +227,12 @@ void Scheduler::Impl::retry_waiting() {
 
 Result<CreateResult> Scheduler::create_placement_group(PlacementGroupSpec spec) {
   Impl& m = *impl_;
-  if (spec.bundles.empty()) return Status(StatusCode::kInvalidArgument, "a placement group needs at least one bundle");
+  if (spec.bundles.empty()) return Error{PlacementCode::InvalidArgument, "a placement group needs at least one bundle"};
   GroupRec g;
   for (std::size_t i = 0; i < spec.bundles.size(); ++i) {
     const std::string what = "bundle " + std::to_string(i);
-    if (spec.bundles[i].empty()) return Status(StatusCode::kInvalidArgument, what + " asks for nothing");
-    if (Status s = detail::check_amounts(spec.bundles[i], what); !s.is_ok()) return s;
+    if (spec.bundles[i].empty()) return Error{PlacementCode::InvalidArgument, what + " asks for nothing"};
+    TROUPE_RETURN_IF_ERROR(detail::check_amounts(spec.bundles[i], what));
     g.bundles.push_back(BundleRec{spec.bundles[i], spec.bundles[i], kNoSlot, {}, {}, 0, {}});
   }
   g.id = m.next_group++;
@@ -241,10 +241,10 @@ Result<CreateResult> Scheduler::create_placement_group(PlacementGroupSpec spec) 
   g.selector = std::move(spec.selector);
   std::vector<int> all(g.bundles.size());
   for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
-  CreateResult out{g.id, GroupState::kCreated, Status::ok()};
+  CreateResult out{g.id, GroupState::kCreated, Status{}};
   if (!m.place_bundles(g, all)) {
     out.reason = m.explain_unplaced(g, all);
-    if (!spec.wait_if_unplaced) return out.reason;
+    if (!spec.wait_if_unplaced) return out.reason.error();
     out.state = g.state = GroupState::kPending;
     m.pending.insert(g.id);
   } else {
@@ -257,7 +257,7 @@ Result<CreateResult> Scheduler::create_placement_group(PlacementGroupSpec spec) 
 Result<std::vector<ActorId>> Scheduler::remove_placement_group(PlacementGroupId id) {
   Impl& m = *impl_;
   auto it = m.groups.find(id);
-  if (it == m.groups.end()) return Status(StatusCode::kNotFound, "no placement group " + std::to_string(id));
+  if (it == m.groups.end()) return Error{PlacementCode::NotFound, "no placement group " + std::to_string(id)};
   GroupRec& g = it->second;
   std::vector<ActorId> killed;
   for (int i = 0; i < static_cast<int>(g.bundles.size()); ++i) {
@@ -290,8 +290,8 @@ std::string_view to_string(Strategy strategy) {
 Result<Strategy> parse_strategy(std::string_view text) {
   for (Strategy s : {Strategy::kPack, Strategy::kSpread, Strategy::kStrictPack, Strategy::kStrictSpread})
     if (to_string(s) == text) return s;
-  return Status(StatusCode::kInvalidArgument,
-                "unknown strategy '" + std::string(text) + "' (PACK, SPREAD, STRICT_PACK, STRICT_SPREAD)");
+  return Error{PlacementCode::InvalidArgument,
+                "unknown strategy '" + std::string(text) + "' (PACK, SPREAD, STRICT_PACK, STRICT_SPREAD)"};
 }
 
 std::string_view to_string(GroupState state) {

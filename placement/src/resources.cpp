@@ -54,25 +54,25 @@ Result<Quantity> parse_value(std::string_view v) {
   std::size_t i = 0;
   __int128 units = 0;
   auto digit = [&](std::size_t k) { return k < v.size() && std::isdigit(static_cast<unsigned char>(v[k])); };
-  if (!digit(0)) return Status(StatusCode::kInvalidArgument, "'" + std::string(v) + "' is not a non-negative number");
+  if (!digit(0)) return Error{PlacementCode::InvalidArgument, "'" + std::string(v) + "' is not a non-negative number"};
   for (; digit(i); ++i) {
     units = units * 10 + (v[i] - '0');
-    if (units > std::numeric_limits<std::int64_t>::max()) return Status(StatusCode::kInvalidArgument, "'" + std::string(v) + "' is too large");
+    if (units > std::numeric_limits<std::int64_t>::max()) return Error{PlacementCode::InvalidArgument, "'" + std::string(v) + "' is too large"};
   }
   units *= Quantity::kScale;
   if (i < v.size() && v[i] == '.') {
     ++i;
-    if (!digit(i)) return Status(StatusCode::kInvalidArgument, "'" + std::string(v) + "' has no digits after '.'");
+    if (!digit(i)) return Error{PlacementCode::InvalidArgument, "'" + std::string(v) + "' has no digits after '.'"};
     std::int64_t place = Quantity::kScale / 10;
     for (; digit(i); ++i, place /= 10) {
-      if (place == 0) return Status(StatusCode::kInvalidArgument, "'" + std::string(v) + "' is finer than 0.0001");
+      if (place == 0) return Error{PlacementCode::InvalidArgument, "'" + std::string(v) + "' is finer than 0.0001"};
       units += (v[i] - '0') * place;
     }
   }
   const std::int64_t mult = suffix_multiplier(v.substr(i));
-  if (mult == 0) return Status(StatusCode::kInvalidArgument, "'" + std::string(v) + "' has an unknown suffix (use K, M, G, T)");
+  if (mult == 0) return Error{PlacementCode::InvalidArgument, "'" + std::string(v) + "' has an unknown suffix (use K, M, G, T)"};
   units *= mult;
-  if (units > std::numeric_limits<std::int64_t>::max()) return Status(StatusCode::kInvalidArgument, "'" + std::string(v) + "' is too large");
+  if (units > std::numeric_limits<std::int64_t>::max()) return Error{PlacementCode::InvalidArgument, "'" + std::string(v) + "' is too large"};
   return Quantity::from_units(static_cast<std::int64_t>(units));
 }
 
@@ -130,8 +130,8 @@ Result<Resources> Resources::parse(std::string_view text) {
   Resources out;
   if (trim(text).empty()) return out;
   auto fail = [&](std::size_t n, std::string_view item, const std::string& why) {
-    return Status(StatusCode::kInvalidArgument, "resource string '" + std::string(text) + "': item " +
-                                                    std::to_string(n) + " ('" + std::string(item) + "'): " + why);
+    return Error{PlacementCode::InvalidArgument, "resource string '" + std::string(text) + "': item " +
+                                                    std::to_string(n) + " ('" + std::string(item) + "'): " + why};
   };
   std::size_t n = 0;
   for (std::size_t start = 0; start <= text.size(); ++n) {
@@ -145,7 +145,7 @@ Result<Resources> Resources::parse(std::string_view text) {
     if (name.empty() || !is_name_start(name[0]) || !std::all_of(name.begin(), name.end(), is_name_char))
       return fail(n, item, "bad name '" + std::string(name) + "' (letters, digits, _ : . - /; not starting with a digit)");
     auto value = parse_value(trim(item.substr(eq + 1)));
-    if (!value.is_ok()) return fail(n, item, value.status().message());
+    if (!value.ok()) return fail(n, item, value.error().message);
     const ResourceId id = intern_resource(name);
     for (const Entry& e : out.entries_)
       if (e.id == id) return fail(n, item, "'" + std::string(name) + "' given twice");
@@ -160,7 +160,7 @@ Result<Resources> Resources::parse(std::string_view text) {
 
 Resources Resources::must_parse(std::string_view text) {
   auto r = parse(text);
-  if (!r.is_ok()) throw std::invalid_argument(r.status().message());
+  if (!r.ok()) throw std::invalid_argument(r.error().message);
   return std::move(r).value();
 }
 

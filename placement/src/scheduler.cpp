@@ -41,12 +41,12 @@ std::string label_key(const std::string& k, const std::string& v) { return k + "
 
 // Ray's rule: fractional GPU requests up to 1; above 1 only whole numbers.
 Status detail::check_amounts(const Resources& r, const std::string& what) {
-  if (r.any_negative()) return {StatusCode::kInvalidArgument, what + " has a negative amount: " + r.to_string()};
+  if (r.any_negative()) return {PlacementCode::InvalidArgument, what + " has a negative amount: " + r.to_string()};
   const Quantity gpu = r.get(kGpu);
   if (gpu > Quantity::whole(1) && !gpu.is_whole())
-    return {StatusCode::kInvalidArgument,
+    return {PlacementCode::InvalidArgument,
             what + " asks " + Resources().set(kGpu, gpu).to_string() + ": above 1 GPU only whole numbers can be placed"};
-  return Status::ok();
+  return Status{};
 }
 
 
@@ -203,10 +203,10 @@ Scheduler& Scheduler::operator=(Scheduler&&) noexcept = default;
 Status Scheduler::add_node(NodeId id, Resources total, Labels labels) {
   Impl& m = *impl_;
   if (auto it = m.slot_of.find(id); it != m.slot_of.end())
-    return {StatusCode::kAlreadyExists, "node " + std::to_string(id) + " is already known (" +
+    return {PlacementCode::AlreadyExists, "node " + std::to_string(id) + " is already known (" +
                                             std::string(to_string(m.nodes[it->second].state)) +
                                             "); a returning node joins under a new id (FT-3)"};
-  if (Status s = detail::check_amounts(total, "node " + std::to_string(id)); !s.is_ok()) return s;
+  TROUPE_RETURN_IF_ERROR(detail::check_amounts(total, "node " + std::to_string(id)));
   Resources names;
   for (const auto& e : total.entries()) names.set(e.id, Quantity::whole(1));
   auto shape = std::find_if(m.shapes.begin(), m.shapes.end(), [&](const Shape& s) { return s.names == names; });
@@ -228,7 +228,7 @@ Status Scheduler::add_node(NodeId id, Resources total, Labels labels) {
   for (const auto& [k, v] : n.labels) m.label_index[label_key(k, v)].push_back(slot);
   m.free_total += total;
   m.retry_waiting();
-  return Status::ok();
+  return Status{};
 }
 
 namespace {
@@ -240,24 +240,24 @@ void unindex_labels(Scheduler::Impl& m, std::uint32_t slot) {
 Status Scheduler::drain_node(NodeId id) {
   Impl& m = *impl_;
   auto it = m.slot_of.find(id);
-  if (it == m.slot_of.end()) return {StatusCode::kNotFound, "no node " + std::to_string(id)};
+  if (it == m.slot_of.end()) return {PlacementCode::NotFound, "no node " + std::to_string(id)};
   NodeRec& n = m.nodes[it->second];
-  if (n.state == NodeState::kDead) return {StatusCode::kFailedPrecondition, "node " + std::to_string(id) + " is dead"};
-  if (n.state == NodeState::kDraining) return Status::ok();
+  if (n.state == NodeState::kDead) return {PlacementCode::FailedPrecondition, "node " + std::to_string(id) + " is dead"};
+  if (n.state == NodeState::kDraining) return Status{};
   m.index_erase(it->second);
   unindex_labels(m, it->second);
   m.free_total -= n.available;
   n.state = NodeState::kDraining;
-  return Status::ok();
+  return Status{};
 }
 
 Result<NodeLoss> Scheduler::mark_dead(NodeId id) {
   Impl& m = *impl_;
   auto it = m.slot_of.find(id);
-  if (it == m.slot_of.end()) return Status(StatusCode::kNotFound, "no node " + std::to_string(id));
+  if (it == m.slot_of.end()) return Error{PlacementCode::NotFound, "no node " + std::to_string(id)};
   const std::uint32_t slot = it->second;
   NodeRec& n = m.nodes[slot];
-  if (n.state == NodeState::kDead) return Status(StatusCode::kFailedPrecondition, "node " + std::to_string(id) + " is already dead");
+  if (n.state == NodeState::kDead) return Error{PlacementCode::FailedPrecondition, "node " + std::to_string(id) + " is already dead"};
   if (n.state == NodeState::kAlive) {
     m.index_erase(slot);
     unindex_labels(m, slot);

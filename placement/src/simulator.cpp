@@ -37,7 +37,7 @@ NodeId Simulator::join() {
   const NodeId id = next_node_++;
   const bool gpu = std::bernoulli_distribution(options_.gpu_node_fraction)(rng_);
   Labels labels{{"zone", zone_name(id % std::max<std::size_t>(1, options_.zones))}};
-  if (!scheduler_.add_node(id, gpu ? options_.gpu_node : options_.cpu_node, std::move(labels)).is_ok()) return 0;
+  if (!scheduler_.add_node(id, gpu ? options_.gpu_node : options_.cpu_node, std::move(labels)).ok()) return 0;
   alive_pos_[id] = alive_.size();
   alive_.push_back(id);
   ++stats_.joins;
@@ -62,7 +62,7 @@ void Simulator::track_actor(ActorId id) {
 }
 
 void Simulator::leave(NodeId node) {
-  if (!scheduler_.drain_node(node).is_ok()) return;
+  if (!scheduler_.drain_node(node).ok()) return;
   forget_node(node);
   leaving_.emplace_back(stats_.steps + options_.leave_delay, node);
   ++stats_.leaves;
@@ -70,7 +70,7 @@ void Simulator::leave(NodeId node) {
 
 void Simulator::die(NodeId node) {
   auto loss = scheduler_.mark_dead(node);
-  if (!loss.is_ok()) return;
+  if (!loss.ok()) return;
   forget_node(node);
   forget_actors(loss->lost_actors);
   stats_.lost_actors += loss->lost_actors.size();
@@ -83,7 +83,7 @@ bool Simulator::place_random_actor() {
   if (std::bernoulli_distribution(options_.zone_pinned_fraction)(rng_))
     req.selector = LabelSelector::equals("zone", zone_name(rng_() % std::max<std::size_t>(1, options_.zones)));
   auto placed = scheduler_.place_actor(req);
-  if (!placed.is_ok()) return ++stats_.place_failed, false;
+  if (!placed.ok()) return ++stats_.place_failed, false;
   track_actor(req.actor);
   return true;
 }
@@ -91,7 +91,7 @@ bool Simulator::place_random_actor() {
 bool Simulator::release_random_actor() {
   if (actors_.empty()) return false;
   const ActorId a = actors_[std::uniform_int_distribution<std::size_t>(0, actors_.size() - 1)(rng_)];
-  if (!scheduler_.release_actor(a).is_ok()) return false;
+  if (!scheduler_.release_actor(a).ok()) return false;
   forget_actors({a});
   ++stats_.released;
   return true;
@@ -107,7 +107,7 @@ bool Simulator::create_random_group() {
   spec.strategy = static_cast<Strategy>(std::uniform_int_distribution<int>(0, 3)(rng_));
   spec.wait_if_unplaced = std::bernoulli_distribution(0.5)(rng_);
   auto created = scheduler_.create_placement_group(std::move(spec));
-  if (!created.is_ok()) return ++stats_.groups_rejected, false;
+  if (!created.ok()) return ++stats_.groups_rejected, false;
   groups_.push_back(created->id);
   ++(created->state == GroupState::kCreated ? stats_.groups_created : stats_.groups_pending);
   return true;
@@ -119,7 +119,7 @@ bool Simulator::remove_random_group() {
   auto killed = scheduler_.remove_placement_group(groups_[i]);
   groups_[i] = groups_.back();
   groups_.pop_back();
-  if (!killed.is_ok()) return false;
+  if (!killed.ok()) return false;
   forget_actors(*killed);
   ++stats_.groups_removed;
   return true;
@@ -134,7 +134,7 @@ bool Simulator::place_random_actor_in_group() {
   Resources want = Resources::must_parse("CPU=0.5");
   if (view->bundles[index].get(kGpu).units() > 0) want.set(kGpu, Quantity::from_double(0.25));
   ActorRequest req{next_actor_++, want, BundleRef{g, index}, std::bernoulli_distribution(0.5)(rng_), {}};
-  if (!scheduler_.place_actor(req).is_ok()) return ++stats_.place_failed, false;
+  if (!scheduler_.place_actor(req).ok()) return ++stats_.place_failed, false;
   track_actor(req.actor);
   return true;
 }
@@ -156,7 +156,7 @@ void Simulator::step(const ChurnMix& mix) {
   ++stats_.steps;
   while (!leaving_.empty() && leaving_.front().first <= stats_.steps) {
     auto loss = scheduler_.mark_dead(leaving_.front().second);
-    if (loss.is_ok()) forget_actors(loss->lost_actors), stats_.lost_actors += loss->lost_actors.size();
+    if (loss.ok()) forget_actors(loss->lost_actors), stats_.lost_actors += loss->lost_actors.size();
     leaving_.pop_front();
   }
 }

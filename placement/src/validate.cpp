@@ -10,7 +10,7 @@ using detail::kNoSlot;
 
 namespace {
 
-Status broken(const std::string& what) { return {StatusCode::kFailedPrecondition, "invariant broken: " + what}; }
+Status broken(const std::string& what) { return {PlacementCode::FailedPrecondition, "invariant broken: " + what}; }
 
 std::string node_name(const detail::NodeRec& n) { return "node " + std::to_string(n.id); }
 
@@ -50,7 +50,7 @@ Status check_groups(const Scheduler::Impl& m, Books& books) {
     if (g.strategy == Strategy::kStrictPack && slots.size() > 1) return broken(gname + " STRICT_PACK spans nodes");
     if (g.strategy == Strategy::kStrictSpread && slots.size() != placed) return broken(gname + " STRICT_SPREAD shares a node");
   }
-  return Status::ok();
+  return Status{};
 }
 
 Status check_nodes(const Scheduler::Impl& m, Books& books) {
@@ -77,14 +77,14 @@ Status check_nodes(const Scheduler::Impl& m, Books& books) {
     if (indexed && m.shapes[n.shape].buckets[n.bucket][n.pos] != s) return broken(node_name(n) + " index position wrong");
   }
   if (free_total != m.free_total) return broken("cluster free total " + m.free_total.to_string() + " != " + free_total.to_string());
-  return Status::ok();
+  return Status{};
 }
 
 }  // namespace
 
 Status Scheduler::validate() const {
   Books books{std::vector<Resources>(impl_->nodes.size()), std::vector<std::map<int, std::int64_t>>(impl_->nodes.size())};
-  if (Status s = check_groups(*impl_, books); !s.is_ok()) return s;
+  TROUPE_RETURN_IF_ERROR(check_groups(*impl_, books));
   return check_nodes(*impl_, books);
 }
 

@@ -15,7 +15,7 @@ std::vector<float> group_advantages(const std::vector<float>& rewards, std::int6
   kernels::AdvantageOptions opts;
   opts.epsilon = float(eps);
   auto st = kernels::group_advantages(rewards.data(), n / group_size, group_size, out.data(), nullptr, nullptr, opts);
-  if (!st.ok()) throw std::runtime_error("group_advantages: " + st.message());
+  if (!st.ok()) throw ErrorException(Error{st.error().code, "group_advantages: " + st.error().message});
   return out;
 }
 

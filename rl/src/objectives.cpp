@@ -12,7 +12,7 @@ namespace troupe::rl {
 namespace {
 
 void check(const kernels::Status& st, const char* what) {
-  if (!st.ok()) throw std::runtime_error(std::string(what) + ": " + st.message());
+  if (!st.ok()) throw ErrorException(Error{st.error().code, std::string(what) + ": " + st.error().message});
 }
 
 // A scalar whose value is `value` and whose gradient with respect to x is g.

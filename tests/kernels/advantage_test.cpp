@@ -78,8 +78,8 @@ TEST_CASE("a group whose rewards are all equal gets advantage 0") {
 TEST_CASE("group_advantages rejects a zero group size and null pointers") {
   const float s = 1.0f;
   float a = kNaN;
-  CHECK(tk::group_advantages(&s, 1, 0, &a).code() == tk::ErrorCode::kBadArguments);
-  CHECK(tk::group_advantages(nullptr, 1, 1, &a).code() == tk::ErrorCode::kBadArguments);
+  CHECK(tk::group_advantages(&s, 1, 0, &a).error().code == tk::KernelCode::BadArguments);
+  CHECK(tk::group_advantages(nullptr, 1, 1, &a).error().code == tk::KernelCode::BadArguments);
   CHECK(std::isnan(a));
   CHECK(tk::group_advantages(nullptr, 0, 4, nullptr).ok());
 }

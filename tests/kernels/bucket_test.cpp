@@ -81,9 +81,9 @@ TEST_CASE("plan_bucket aligns entries and rejects repeated or empty names") {
   CHECK(layout.find("zz") == nullptr);
   auto dup = specs;
   dup[2].name = specs[0].name;
-  CHECK(tk::plan_bucket(dup, &layout).code() == tk::ErrorCode::kBadArguments);
+  CHECK(tk::plan_bucket(dup, &layout).error().code == tk::KernelCode::BadArguments);
   dup[2].name.clear();
-  CHECK(tk::plan_bucket(dup, &layout).code() == tk::ErrorCode::kBadArguments);
+  CHECK(tk::plan_bucket(dup, &layout).error().code == tk::KernelCode::BadArguments);
 }
 
 TEST_CASE("fp32, bf16 and int8 buckets round-trip within each format's bound") {
@@ -148,8 +148,8 @@ TEST_CASE("pack_bucket rejects a tensor count that does not match the layout") {
   tk::BucketLayout layout;
   REQUIRE(tk::plan_bucket(specs, &layout).ok());
   auto bucket = poisoned_bucket(layout.bytes);
-  CHECK(tk::pack_bucket(layout, std::vector<const void*>{}, bucket.data()).code() == tk::ErrorCode::kBadArguments);
-  CHECK(tk::pack_bucket(layout, std::vector<const void*>{nullptr}, bucket.data()).code() ==
-        tk::ErrorCode::kBadArguments);
+  CHECK(tk::pack_bucket(layout, std::vector<const void*>{}, bucket.data()).error().code == tk::KernelCode::BadArguments);
+  CHECK(tk::pack_bucket(layout, std::vector<const void*>{nullptr}, bucket.data()).error().code ==
+        tk::KernelCode::BadArguments);
   CHECK(bucket[0] == std::byte{0xAB});
 }

@@ -13,15 +13,15 @@ TEST_CASE("without a usable CUDA device the CUDA entry points say so and touch n
     CHECK(tk::cuda::device_status().ok());
     return;
   }
-  CHECK(tk::cuda::device_status().code() == tk::ErrorCode::kUnavailable);
-  CHECK(!tk::cuda::device_status().message().empty());
+  CHECK(tk::cuda::device_status().error().code == tk::KernelCode::Unavailable);
+  CHECK(!tk::cuda::device_status().error().message.empty());
   float out = troupe::kernels::testing::kNaN;
   const float x = 0.0f;
   const std::int64_t tok = 0;
-  CHECK(tk::cuda::logprob_gather(&x, 1, 1, &tok, &out).code() == tk::ErrorCode::kUnavailable);
-  CHECK(tk::cuda::group_advantages(&x, 1, 1, &out).code() == tk::ErrorCode::kUnavailable);
-  CHECK(tk::cuda::kl_penalty(&x, &x, nullptr, 1, &out).code() == tk::ErrorCode::kUnavailable);
+  CHECK(tk::cuda::logprob_gather(&x, 1, 1, &tok, &out).error().code == tk::KernelCode::Unavailable);
+  CHECK(tk::cuda::group_advantages(&x, 1, 1, &out).error().code == tk::KernelCode::Unavailable);
+  CHECK(tk::cuda::kl_penalty(&x, &x, nullptr, 1, &out).error().code == tk::KernelCode::Unavailable);
   float loss = 0.0f;
-  CHECK(tk::cuda::policy_loss(&x, &x, &x, nullptr, 1, 1, &loss, &out).code() == tk::ErrorCode::kUnavailable);
+  CHECK(tk::cuda::policy_loss(&x, &x, &x, nullptr, 1, 1, &loss, &out).error().code == tk::KernelCode::Unavailable);
   CHECK(std::isnan(out));
 }

@@ -75,8 +75,8 @@ TEST_CASE("a fully masked input gives all zeros even where the logprobs are -inf
 TEST_CASE("kl_penalty rejects null pointers and a negative clamp") {
   const float x = 0.0f;
   float kl = kNaN;
-  CHECK(tk::kl_penalty(&x, nullptr, nullptr, 1, &kl).code() == tk::ErrorCode::kBadArguments);
-  CHECK(tk::kl_penalty(&x, &x, nullptr, 1, &kl, {tk::KlEstimator::kK3, -1.0f}).code() ==
-        tk::ErrorCode::kBadArguments);
+  CHECK(tk::kl_penalty(&x, nullptr, nullptr, 1, &kl).error().code == tk::KernelCode::BadArguments);
+  CHECK(tk::kl_penalty(&x, &x, nullptr, 1, &kl, {tk::KlEstimator::kK3, -1.0f}).error().code ==
+        tk::KernelCode::BadArguments);
   CHECK(std::isnan(kl));
 }

@@ -158,12 +158,12 @@ TEST_CASE("logprob_gather rejects bad arguments without writing") {
   const std::vector<float> x(8, 0.0f);
   const std::vector<std::int64_t> tokens{0, 0};
   auto lp = poisoned(2);
-  CHECK(tk::logprob_gather(x.data(), 2, 0, tokens.data(), lp.data()).code() == tk::ErrorCode::kBadArguments);
-  CHECK(tk::logprob_gather(x.data(), 2, 4, tokens.data(), lp.data(), nullptr, {2, 1.0f}).code() ==
-        tk::ErrorCode::kBadArguments);
-  CHECK(tk::logprob_gather(x.data(), 2, 4, tokens.data(), lp.data(), nullptr, {0, 0.0f}).code() ==
-        tk::ErrorCode::kBadArguments);
-  CHECK(tk::logprob_gather(x.data(), 2, 4, nullptr, lp.data()).code() == tk::ErrorCode::kBadArguments);
+  CHECK(tk::logprob_gather(x.data(), 2, 0, tokens.data(), lp.data()).error().code == tk::KernelCode::BadArguments);
+  CHECK(tk::logprob_gather(x.data(), 2, 4, tokens.data(), lp.data(), nullptr, {2, 1.0f}).error().code ==
+        tk::KernelCode::BadArguments);
+  CHECK(tk::logprob_gather(x.data(), 2, 4, tokens.data(), lp.data(), nullptr, {0, 0.0f}).error().code ==
+        tk::KernelCode::BadArguments);
+  CHECK(tk::logprob_gather(x.data(), 2, 4, nullptr, lp.data()).error().code == tk::KernelCode::BadArguments);
   CHECK(std::isnan(lp[0]));
   CHECK(tk::logprob_gather(x.data(), 0, 4, nullptr, nullptr).ok());  // zero rows: nothing to do
 }

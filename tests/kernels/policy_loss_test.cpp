@@ -151,10 +151,10 @@ TEST_CASE("a null mask means every token is valid") {
 TEST_CASE("policy_loss rejects bad clip ranges and a null loss") {
   const float x = 0.0f;
   float g = kNaN, loss = kNaN;
-  CHECK(tk::policy_loss(&x, &x, &x, nullptr, 1, 1, nullptr, &g).code() == tk::ErrorCode::kBadArguments);
-  CHECK(tk::policy_loss(&x, &x, &x, nullptr, 1, 1, &loss, &g, nullptr, {1.5f, 0.2f}).code() ==
-        tk::ErrorCode::kBadArguments);
-  CHECK(tk::policy_loss(&x, &x, &x, nullptr, 1, 1, &loss, &g, nullptr, {0.2f, 0.2f, 0.5f}).code() ==
-        tk::ErrorCode::kBadArguments);
+  CHECK(tk::policy_loss(&x, &x, &x, nullptr, 1, 1, nullptr, &g).error().code == tk::KernelCode::BadArguments);
+  CHECK(tk::policy_loss(&x, &x, &x, nullptr, 1, 1, &loss, &g, nullptr, {1.5f, 0.2f}).error().code ==
+        tk::KernelCode::BadArguments);
+  CHECK(tk::policy_loss(&x, &x, &x, nullptr, 1, 1, &loss, &g, nullptr, {0.2f, 0.2f, 0.5f}).error().code ==
+        tk::KernelCode::BadArguments);
   CHECK(std::isnan(g));
 }

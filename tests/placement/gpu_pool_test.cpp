@@ -4,6 +4,7 @@
 #include "placement_test_util.hpp"
 
 using namespace troupe::placement;
+using troupe::PlacementCode;
 using namespace troupe::placement::test;
 
 TEST_CASE("ten 0.1 GPU actors fill exactly one GPU and an eleventh does not fit") {
@@ -11,8 +12,8 @@ TEST_CASE("ten 0.1 GPU actors fill exactly one GPU and an eleventh does not fit"
   REQUIRE_OK(s.add_node(1, res("CPU=16,GPU=1")));
   for (ActorId a = 1; a <= 10; ++a) REQUIRE_OK(s.place_actor(actor(a, "GPU=0.1")));
   CHECK(s.node(1)->available.get(kGpu).units() == 0);
-  CHECK(s.place_actor(actor(11, "GPU=0.1")).status().code() == StatusCode::kUnavailable);
-  CHECK(s.place_actor(actor(12, "GPU=0.0001")).status().code() == StatusCode::kUnavailable);
+  CHECK(s.place_actor(actor(11, "GPU=0.1")).error().code == PlacementCode::Unavailable);
+  CHECK(s.place_actor(actor(12, "GPU=0.0001")).error().code == PlacementCode::Unavailable);
   CHECK_OK(s.validate());
 }
 
@@ -34,8 +35,8 @@ TEST_CASE("fractional GPU requests stack on one device and never straddle two") 
   CHECK(c->gpus[0].index != d->gpus[0].index);
   // 0.6 GPU is free in total, but only as 0.3 + 0.3 on two devices.
   CHECK(s.node(1)->available.get(kGpu) == Quantity::from_double(0.6));
-  CHECK(s.place_actor(actor(5, "GPU=0.6")).status().code() == StatusCode::kUnavailable);
-  CHECK(s.place_actor(actor(6, "GPU=0.3")).is_ok());
+  CHECK(s.place_actor(actor(5, "GPU=0.6")).error().code == PlacementCode::Unavailable);
+  CHECK(s.place_actor(actor(6, "GPU=0.3")).ok());
   CHECK_OK(s.validate());
 }
 
@@ -51,8 +52,8 @@ TEST_CASE("whole GPU requests take whole free devices") {
   for (ActorId a = 2; a <= 5; ++a) REQUIRE_OK(s.place_actor(actor(a, "GPU=0.6")));  // one per device
   // 1.6 GPUs free in total, but no whole device: a 1-GPU request waits.
   CHECK(s.node(1)->available.get(kGpu) == Quantity::from_double(1.6));
-  CHECK(s.place_actor(actor(6, "GPU=1")).status().code() == StatusCode::kUnavailable);
-  CHECK(s.place_actor(actor(7, "GPU=0.4")).is_ok());
+  CHECK(s.place_actor(actor(6, "GPU=1")).error().code == PlacementCode::Unavailable);
+  CHECK(s.place_actor(actor(7, "GPU=0.4")).ok());
   CHECK_OK(s.validate());
 }
 
@@ -67,7 +68,7 @@ TEST_CASE("actors in a fractional-GPU bundle get slices of the bundle's device")
   REQUIRE_OK(p);
   a.actor = 2;
   a.resources = res("GPU=0.5");
-  CHECK(s.place_actor(a).status().code() == StatusCode::kUnavailable);  // 0.25 left in bundle 0
+  CHECK(s.place_actor(a).error().code == PlacementCode::Unavailable);  // 0.25 left in bundle 0
   a.bundle = BundleRef{g->id, 2};
   a.resources = res("GPU=1");
   auto whole = s.place_actor(a);
@@ -88,7 +89,7 @@ TEST_CASE("random fractional GPU churn never overbooks a device (PG-2)") {
       REQUIRE_OK(s.release_actor(live[i]));
       live[i] = live.back();
       live.pop_back();
-    } else if (auto p = s.place_actor(actor(a, shapes[a % 7])); p.is_ok()) {
+    } else if (auto p = s.place_actor(actor(a, shapes[a % 7])); p.ok()) {
       Quantity sum;
       for (const GpuShare& g : p->gpus) {
         sum += g.amount;

@@ -5,6 +5,7 @@
 #include "placement_test_util.hpp"
 
 using namespace troupe::placement;
+using troupe::PlacementCode;
 using namespace troupe::placement::test;
 
 namespace {
@@ -71,10 +72,10 @@ TEST_CASE("placement groups are all or nothing and honour their strategy on rand
     const auto before = availability(s);
     auto r = s.create_placement_group(spec(c.bundles, c.strategy));
     REQUIRE_OK(s.validate());
-    if (!r.is_ok()) {
+    if (!r.ok()) {
       CHECK(availability(s) == before);  // nothing reserved: not even one bundle
       CHECK(s.group_ids().empty());
-      CHECK((r.status().code() == StatusCode::kInfeasible || r.status().code() == StatusCode::kUnavailable));
+      CHECK((r.error().code == PlacementCode::Infeasible || r.error().code == PlacementCode::Unavailable));
       continue;
     }
     const GroupView g = *s.group(r->id);
@@ -97,9 +98,9 @@ TEST_CASE("STRICT_SPREAD never puts two bundles on one node and succeeds exactly
     Scheduler s;
     add_nodes(s, c.nodes);
     auto r = s.create_placement_group(spec(c.bundles, c.strategy));
-    CHECK(r.is_ok() == feasible_by_brute_force(c));
-    if (r.is_ok()) CHECK(nodes_of(*s.group(r->id)).size() == c.bundles.size());
-    else CHECK(r.status().code() == StatusCode::kInfeasible);  // empty cluster: never merely busy
+    CHECK(r.ok() == feasible_by_brute_force(c));
+    if (r.ok()) CHECK(nodes_of(*s.group(r->id)).size() == c.bundles.size());
+    else CHECK(r.error().code == PlacementCode::Infeasible);  // empty cluster: never merely busy
   }
 }
 
@@ -111,8 +112,8 @@ TEST_CASE("STRICT_PACK puts every bundle on one node and succeeds exactly when b
     Scheduler s;
     add_nodes(s, c.nodes);
     auto r = s.create_placement_group(spec(c.bundles, c.strategy));
-    CHECK(r.is_ok() == feasible_by_brute_force(c));
-    if (r.is_ok()) CHECK(nodes_of(*s.group(r->id)).size() == 1);
+    CHECK(r.ok() == feasible_by_brute_force(c));
+    if (r.ok()) CHECK(nodes_of(*s.group(r->id)).size() == 1);
   }
 }
 
@@ -134,15 +135,15 @@ TEST_CASE("an infeasible group is reported as infeasible and can wait as pending
   Scheduler s;
   REQUIRE_OK(s.add_node(1, res("CPU=8,GPU=4")));
   auto rejected = s.create_placement_group(spec({res("GPU=4"), res("GPU=4")}, Strategy::kStrictPack));
-  REQUIRE_FALSE(rejected.is_ok());
-  CHECK(rejected.status().code() == StatusCode::kInfeasible);
-  CHECK(rejected.status().message().find("GPU=8") != std::string::npos);
+  REQUIRE_FALSE(rejected.ok());
+  CHECK(rejected.error().code == PlacementCode::Infeasible);
+  CHECK(rejected.error().message.find("GPU=8") != std::string::npos);
   CHECK(s.group_ids().empty());
 
   auto waiting = s.create_placement_group(spec({res("GPU=4"), res("GPU=4")}, Strategy::kStrictPack, true));
   REQUIRE_OK(waiting);
   CHECK(waiting->state == GroupState::kPending);
-  CHECK(waiting->reason.code() == StatusCode::kInfeasible);
+  CHECK(waiting->reason.error().code == PlacementCode::Infeasible);
   CHECK(s.node(1)->available == res("CPU=8,GPU=4"));  // pending holds nothing (PG-1)
   CHECK(s.take_ready_groups().empty());
   REQUIRE_OK(s.add_node(2, res("CPU=8,GPU=8")));
@@ -158,7 +159,7 @@ TEST_CASE("a group that only lacks free room is unavailable and is placed when r
   REQUIRE_OK(s.place_actor(actor(1, "CPU=3")));
   auto g = s.create_placement_group(spec({res("CPU=2")}, Strategy::kPack, true));
   REQUIRE_OK(g);
-  CHECK(g->reason.code() == StatusCode::kUnavailable);
+  CHECK(g->reason.error().code == PlacementCode::Unavailable);
   REQUIRE_OK(s.release_actor(1));
   CHECK(s.take_ready_groups() == std::vector<PlacementGroupId>{g->id});
   CHECK_OK(s.validate());
@@ -185,7 +186,7 @@ TEST_CASE("removing a group releases everything and returns its actors to kill")
   CHECK(s.actor(12).has_value());
   REQUIRE_OK(s.release_actor(12));
   CHECK(availability(s) == before);
-  CHECK(s.remove_placement_group(g->id).status().code() == StatusCode::kNotFound);
+  CHECK(s.remove_placement_group(g->id).error().code == PlacementCode::NotFound);
 }
 
 TEST_CASE("colocated actors of one bundle share one worker process, others get their own") {
@@ -209,11 +210,11 @@ TEST_CASE("colocated actors of one bundle share one worker process, others get t
   CHECK(trainer->gpus.front().index == rollout->gpus.front().index);  // same device, hot swap by pointer
   CHECK(other->worker != trainer->worker);
   CHECK(loner->worker != other->worker);
-  CHECK(place(5, 0, true, "CPU=1").status().code() == StatusCode::kUnavailable);  // bundle 0 full
-  CHECK(place(6, 0, true, "GPU=1.5").status().code() == StatusCode::kInvalidArgument);
-  CHECK(place(9, 0, true, "GPU=2").status().code() == StatusCode::kInfeasible);
-  CHECK(place(7, 5, true, "CPU=1").status().code() == StatusCode::kInvalidArgument);
-  CHECK(place(8, 1, true, "CPU=3").status().code() == StatusCode::kInfeasible);  // more than the bundle holds
+  CHECK(place(5, 0, true, "CPU=1").error().code == PlacementCode::Unavailable);  // bundle 0 full
+  CHECK(place(6, 0, true, "GPU=1.5").error().code == PlacementCode::InvalidArgument);
+  CHECK(place(9, 0, true, "GPU=2").error().code == PlacementCode::Infeasible);
+  CHECK(place(7, 5, true, "CPU=1").error().code == PlacementCode::InvalidArgument);
+  CHECK(place(8, 1, true, "CPU=3").error().code == PlacementCode::Infeasible);  // more than the bundle holds
   CHECK_OK(s.validate());
 }
 
@@ -269,13 +270,13 @@ TEST_CASE("STRICT_PACK groups move whole when their node dies") {
 TEST_CASE("malformed placement group specs are rejected with clear errors") {
   Scheduler s;
   REQUIRE_OK(s.add_node(1, res("CPU=8")));
-  CHECK(s.create_placement_group(spec({}, Strategy::kPack)).status().code() == StatusCode::kInvalidArgument);
+  CHECK(s.create_placement_group(spec({}, Strategy::kPack)).error().code == PlacementCode::InvalidArgument);
   auto empty = s.create_placement_group(spec({res("CPU=1"), res("")}, Strategy::kPack));
-  CHECK(empty.status().message().find("bundle 1") != std::string::npos);
-  CHECK(s.create_placement_group(spec({res("GPU=1.5")}, Strategy::kPack)).status().code() == StatusCode::kInvalidArgument);
+  CHECK(empty.error().message.find("bundle 1") != std::string::npos);
+  CHECK(s.create_placement_group(spec({res("GPU=1.5")}, Strategy::kPack)).error().code == PlacementCode::InvalidArgument);
   ActorRequest a = actor(1, "CPU=1");
   a.bundle = BundleRef{77, 0};
-  CHECK(s.place_actor(a).status().code() == StatusCode::kNotFound);
+  CHECK(s.place_actor(a).error().code == PlacementCode::NotFound);
 }
 
 TEST_CASE("actors cannot use a pending group's bundles") {
@@ -286,6 +287,6 @@ TEST_CASE("actors cannot use a pending group's bundles") {
   ActorRequest a = actor(1, "CPU=1");
   a.bundle = BundleRef{g->id, 0};
   auto p = s.place_actor(a);
-  CHECK(p.status().code() == StatusCode::kFailedPrecondition);
-  CHECK(p.status().message().find("PENDING") != std::string::npos);
+  CHECK(p.error().code == PlacementCode::FailedPrecondition);
+  CHECK(p.error().message.find("PENDING") != std::string::npos);
 }

@@ -11,24 +11,25 @@ namespace troupe::placement::test {
 
 inline Resources res(std::string_view text) { return Resources::must_parse(text); }
 
-inline Status status_of(const Status& s) { return s; }
 template <class T>
 Status status_of(const Result<T>& r) {
-  return r.status();
+  return r.ok() ? Status{} : Status(r.error());
 }
+inline Status status_of(const Status& s) { return s; }
+inline std::string describe(const Status& s) { return s.ok() ? "OK" : s.error().to_string(); }
 
 // Checks a Status or Result is ok, printing its message when it is not.
 #define CHECK_OK(expr)                                                   \
   do {                                                                   \
-    const ::troupe::placement::Status st_ = ::troupe::placement::test::status_of(expr); \
-    INFO(st_.to_string());                                               \
-    CHECK(st_.is_ok());                                                  \
+    const ::troupe::Status st_ = ::troupe::placement::test::status_of(expr); \
+    INFO(::troupe::placement::test::describe(st_));                      \
+    CHECK(st_.ok());                                                     \
   } while (0)
 #define REQUIRE_OK(expr)                                                 \
   do {                                                                   \
-    const ::troupe::placement::Status st_ = ::troupe::placement::test::status_of(expr); \
-    INFO(st_.to_string());                                               \
-    REQUIRE(st_.is_ok());                                                \
+    const ::troupe::Status st_ = ::troupe::placement::test::status_of(expr); \
+    INFO(::troupe::placement::test::describe(st_));                      \
+    REQUIRE(st_.ok());                                                   \
   } while (0)
 
 // Every node's available resources, for before/after comparisons.

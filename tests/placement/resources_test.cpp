@@ -3,11 +3,12 @@
 #include "placement_test_util.hpp"
 
 using namespace troupe::placement;
+using troupe::PlacementCode;
 using troupe::placement::test::res;
 
 TEST_CASE("resource strings parse into exact fixed-point quantities") {
   auto r = Resources::parse("CPU=4,GPU=1,memory=16G,accel_type:H200=1");
-  REQUIRE(r.is_ok());
+  REQUIRE(r.ok());
   CHECK(r->get(kCpu) == Quantity::whole(4));
   CHECK(r->get(kGpu) == Quantity::whole(1));
   CHECK(r->get(kMemory) == Quantity::whole(std::int64_t{16} << 30));
@@ -31,7 +32,7 @@ TEST_CASE("resources print canonically and round-trip through parse") {
     r.set(kMemory, Quantity::whole(static_cast<std::int64_t>(rng() % 4096) << 20));
     r.set("custom_" + std::to_string(rng() % 5), Quantity::from_units(rng() % 99'999));
     auto back = Resources::parse(r.to_string());
-    REQUIRE(back.is_ok());
+    REQUIRE(back.ok());
     CHECK(*back == r);
   }
 }
@@ -72,10 +73,10 @@ TEST_CASE("malformed resource strings are clear errors") {
   for (const Case& c : cases) {
     auto r = Resources::parse(c.text);
     INFO(c.text);
-    REQUIRE_FALSE(r.is_ok());
-    CHECK(r.status().code() == StatusCode::kInvalidArgument);
-    CHECK(r.status().message().find(c.says) != std::string::npos);
-    CHECK(r.status().message().find(c.text) != std::string::npos);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code == PlacementCode::InvalidArgument);
+    CHECK(r.error().message.find(c.says) != std::string::npos);
+    CHECK(r.error().message.find(c.text) != std::string::npos);
   }
   CHECK_THROWS_AS(Resources::must_parse("GPU=x"), std::invalid_argument);
 }
@@ -94,6 +95,6 @@ TEST_CASE("strategies parse from Ray's names and reject others") {
   CHECK(*parse_strategy("STRICT_SPREAD") == Strategy::kStrictSpread);
   CHECK(to_string(Strategy::kStrictPack) == "STRICT_PACK");
   auto bad = parse_strategy("SPREADISH");
-  REQUIRE_FALSE(bad.is_ok());
-  CHECK(bad.status().message().find("SPREADISH") != std::string::npos);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message.find("SPREADISH") != std::string::npos);
 }

@@ -4,6 +4,7 @@
 #include "placement_test_util.hpp"
 
 using namespace troupe::placement;
+using troupe::PlacementCode;
 using namespace troupe::placement::test;
 
 namespace {
@@ -57,40 +58,40 @@ TEST_CASE("label selectors constrain the node and say so when nothing matches") 
   r.actor = 4;
   r.selector = LabelSelector::equals("zone", "c");
   auto none = s.place_actor(r);
-  REQUIRE_FALSE(none.is_ok());
-  CHECK(none.status().code() == StatusCode::kInfeasible);
-  CHECK(none.status().message().find("zone in (c)") != std::string::npos);
+  REQUIRE_FALSE(none.ok());
+  CHECK(none.error().code == PlacementCode::Infeasible);
+  CHECK(none.error().message.find("zone in (c)") != std::string::npos);
 }
 
 TEST_CASE("impossible actor requests give clear errors") {
   Scheduler s;
   REQUIRE_OK(s.add_node(1, res("CPU=4,GPU=1")));
   auto huge = s.place_actor(actor(1, "CPU=64"));
-  CHECK(huge.status().code() == StatusCode::kInfeasible);
-  CHECK(huge.status().message().find("CPU=64") != std::string::npos);
-  CHECK(s.place_actor(actor(2, "GPU=1.5")).status().code() == StatusCode::kInvalidArgument);
-  CHECK(s.place_actor(actor(3, "TPU=1")).status().code() == StatusCode::kInfeasible);
+  CHECK(huge.error().code == PlacementCode::Infeasible);
+  CHECK(huge.error().message.find("CPU=64") != std::string::npos);
+  CHECK(s.place_actor(actor(2, "GPU=1.5")).error().code == PlacementCode::InvalidArgument);
+  CHECK(s.place_actor(actor(3, "TPU=1")).error().code == PlacementCode::Infeasible);
   REQUIRE_OK(s.place_actor(actor(4, "CPU=4")));
-  CHECK(s.place_actor(actor(5, "CPU=1")).status().code() == StatusCode::kUnavailable);
-  CHECK(s.place_actor(actor(4, "CPU=0")).status().code() == StatusCode::kAlreadyExists);
+  CHECK(s.place_actor(actor(5, "CPU=1")).error().code == PlacementCode::Unavailable);
+  CHECK(s.place_actor(actor(4, "CPU=0")).error().code == PlacementCode::AlreadyExists);
   ActorRequest colocated = actor(6, "CPU=0");
   colocated.colocate = true;
-  CHECK(s.place_actor(colocated).status().code() == StatusCode::kInvalidArgument);
-  CHECK(s.release_actor(99).code() == StatusCode::kNotFound);
+  CHECK(s.place_actor(colocated).error().code == PlacementCode::InvalidArgument);
+  CHECK(s.release_actor(99).error().code == PlacementCode::NotFound);
   CHECK_OK(s.validate());
 }
 
 TEST_CASE("a dead node stays dead and its id cannot rejoin (FT-3)") {
   Scheduler s;
   REQUIRE_OK(s.add_node(1, res("CPU=4")));
-  CHECK(s.add_node(1, res("CPU=4")).code() == StatusCode::kAlreadyExists);
+  CHECK(s.add_node(1, res("CPU=4")).error().code == PlacementCode::AlreadyExists);
   REQUIRE_OK(s.place_actor(actor(1, "CPU=1")));
   auto loss = s.mark_dead(1);
   REQUIRE_OK(loss);
   CHECK(loss->lost_actors == std::vector<ActorId>{1});
   CHECK_FALSE(s.actor(1).has_value());
-  CHECK(s.add_node(1, res("CPU=4")).code() == StatusCode::kAlreadyExists);
-  CHECK(s.mark_dead(1).status().code() == StatusCode::kFailedPrecondition);
+  CHECK(s.add_node(1, res("CPU=4")).error().code == PlacementCode::AlreadyExists);
+  CHECK(s.mark_dead(1).error().code == PlacementCode::FailedPrecondition);
   CHECK(s.node(1)->state == NodeState::kDead);
   CHECK_OK(s.validate());
 }
@@ -104,7 +105,7 @@ TEST_CASE("a draining node keeps its actors and takes no new ones") {
   REQUIRE_OK(s.drain_node(first->node));
   for (ActorId a = 2; a <= 5; ++a) CHECK(s.place_actor(actor(a, "CPU=1"))->node != first->node);
   CHECK(s.actor(1)->node == first->node);
-  CHECK(s.place_actor(actor(6, "CPU=1")).status().code() == StatusCode::kUnavailable);
+  CHECK(s.place_actor(actor(6, "CPU=1")).error().code == PlacementCode::Unavailable);
   REQUIRE_OK(s.release_actor(1));
   CHECK_OK(s.validate());
 }
@@ -127,8 +128,8 @@ TEST_CASE("capacity is never exceeded and release restores availability exactly 
         continue;
       }
       auto p = s.place_actor(actor(a, shapes[rng() % 6]));
-      if (p.is_ok()) live.push_back(a);
-      else CHECK((p.status().code() == StatusCode::kUnavailable || p.status().code() == StatusCode::kInfeasible));
+      if (p.ok()) live.push_back(a);
+      else CHECK((p.error().code == PlacementCode::Unavailable || p.error().code == PlacementCode::Infeasible));
       if (a % 50 == 0) REQUIRE_OK(s.validate());
     }
     for (ActorId a : live) REQUIRE_OK(s.release_actor(a));
@@ -141,7 +142,7 @@ TEST_CASE("ten thousand nodes take fifty thousand actors without a failure") {
   for (NodeId n = 1; n <= 10'000; ++n) REQUIRE_OK(s.add_node(n, res(n % 4 ? "CPU=32" : "CPU=64,GPU=8")));
   int failed = 0;
   for (ActorId a = 1; a <= 50'000; ++a)
-    failed += !s.place_actor(actor(a, a % 5 ? "CPU=1" : "CPU=1,GPU=0.5")).is_ok();
+    failed += !s.place_actor(actor(a, a % 5 ? "CPU=1" : "CPU=1,GPU=0.5")).ok();
   CHECK(failed == 0);
   CHECK(s.actor_count() == 50'000);
   CHECK_OK(s.validate());
@@ -160,6 +161,6 @@ TEST_CASE("a label shared by many nodes is honoured through the utilization inde
   }
   ActorRequest full = actor(801, "CPU=1");
   full.selector = LabelSelector::equals("zone", "a");
-  CHECK(s.place_actor(full).status().code() == StatusCode::kUnavailable);  // zone a is full, b is not used
+  CHECK(s.place_actor(full).error().code == PlacementCode::Unavailable);  // zone a is full, b is not used
   CHECK_OK(s.validate());
 }

@@ -35,13 +35,13 @@ inline std::vector<BucketTask> bucket_tasks(const BucketLayout& layout) {
 inline Status check_bucket_io(const BucketLayout& layout, std::size_t n_tensors, const void* bucket,
                               std::span<const void* const> tensors) {
   if (n_tensors != layout.entries.size()) {
-    return {ErrorCode::kBadArguments, "bucket: " + std::to_string(n_tensors) + " tensors for " +
+    return {KernelCode::BadArguments, "bucket: " + std::to_string(n_tensors) + " tensors for " +
                                           std::to_string(layout.entries.size()) + " entries"};
   }
-  if (layout.bytes > 0 && !bucket) return {ErrorCode::kBadArguments, "bucket: null bucket"};
+  if (layout.bytes > 0 && !bucket) return {KernelCode::BadArguments, "bucket: null bucket"};
   for (std::size_t i = 0; i < n_tensors; ++i) {
     if (layout.entries[i].spec.numel() > 0 && !tensors[i]) {
-      return {ErrorCode::kBadArguments, "bucket: null tensor for " + layout.entries[i].spec.name};
+      return {KernelCode::BadArguments, "bucket: null tensor for " + layout.entries[i].spec.name};
     }
   }
   return {};

@@ -11,7 +11,7 @@
 
 namespace troupe::kernels::detail {
 
-inline Status bad(std::string what) { return {ErrorCode::kBadArguments, std::move(what)}; }
+inline Status bad(std::string what) { return {KernelCode::BadArguments, std::move(what)}; }
 
 inline Status check_logprob(const void* logits, std::int64_t rows, std::int64_t vocab,
                             const std::int64_t* tokens, const float* logprob,

@@ -54,8 +54,8 @@ json ClusterClient::call_head(const std::string& method, const std::string& targ
   try {
     res = net::http_call(head_.host, head_.port, method, target, body.is_null() ? "" : body.dump(), head_.token,
                     std::chrono::seconds(10));
-  } catch (const net::HttpError& e) {
-    throw CallError(Error{ErrorCode::Unavailable, std::string("head: ") + e.what()});
+  } catch (const ErrorException& e) {   // NetCode::Unreachable
+    throw CallError(Error{ErrorCode::Unavailable, "head: " + e.error().message});
   }
   json parsed = json::parse(res.body, nullptr, false);
   if (res.status != 200) {

@@ -12,13 +12,16 @@
 #include <utility>
 #include <vector>
 
+#include "troupe/error.hpp"
 #include "troupe/tensor.hpp"
 
 namespace troupe::actors {
 
-class SafetensorsError : public std::runtime_error {
+// A file that is not valid safetensors, or cannot be read or written: BadArguments, with the tensor
+// and the problem in the message.
+class SafetensorsError : public ErrorException {
  public:
-  using std::runtime_error::runtime_error;
+  explicit SafetensorsError(const std::string& what) : ErrorException(Error{ErrorCode::BadArguments, what}) {}
 };
 
 using NamedTensors = std::vector<std::pair<std::string, TensorView>>;

@@ -1,14 +1,16 @@
 // The head's durable directory: nodes and actors (and later jobs, placement groups) as rows.
 // Writes go through this one small interface so another backend (etcd, Redis) can replace
-// SQLite. Every method is thread-safe. Errors throw StoreError naming the operation.
+// SQLite. Every method is thread-safe. Errors throw ErrorException(ControlCode::Store) naming the
+// operation.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "troupe/error.hpp"
 
 namespace troupe::control {
 
@@ -41,11 +43,6 @@ struct ActorRow {
   std::string ctor_args;    // msgpack bytes, kept to re-run the constructor on restart
   std::string spec;         // JSON: the rest of the spawn request (binary, colocation, ...)
   std::string death_reason;
-};
-
-class StoreError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
 };
 
 class Store {

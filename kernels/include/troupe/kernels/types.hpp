@@ -1,5 +1,5 @@
 #pragma once
-// Shared vocabulary of troupe::kernels: status values, the bf16 storage type, streams, threads.
+// Shared vocabulary of troupe::kernels: the status type, the bf16 storage type, streams, threads.
 // No torch and no CUDA header here: every public header of kernels/ compiles on a CPU-only box.
 
 #include <bit>
@@ -7,40 +7,18 @@
 #include <string>
 #include <utility>
 
+#include "troupe/error.hpp"
+
 namespace troupe::kernels {
 
 // A cudaStream_t passed opaquely. Only the kernels::cuda entry points take one; nullptr there is
 // the CUDA legacy default stream. The CPU twins run on the calling thread (plus helpers, see below).
 using Stream = void*;
 
-// Every code says whether a retry can help.
-enum class ErrorCode : std::uint8_t {
-  kOk = 0,
-  kBadArguments,  // a size, pointer or option is invalid; the same call will fail again
-  kUnavailable,   // built without CUDA, or no usable device; the CPU twin can serve instead
-  kDeviceError,   // a CUDA call failed (launch, allocation, copy); message has the CUDA error string
-};
-
-class [[nodiscard]] Status {
- public:
-  Status() = default;
-  Status(ErrorCode code, std::string message) : code_(code), message_(std::move(message)) {}
-  static Status ok_status() { return {}; }
-  bool ok() const { return code_ == ErrorCode::kOk; }
-  ErrorCode code() const { return code_; }
-  const std::string& message() const { return message_; }
-
- private:
-  ErrorCode code_ = ErrorCode::kOk;
-  std::string message_;
-};
-
-// Returns early from the enclosing function when `expr` yields a non-ok Status.
-#define TROUPE_KERNELS_RETURN_IF_ERROR(expr)        \
-  do {                                              \
-    ::troupe::kernels::Status _st = (expr);         \
-    if (!_st.ok()) return _st;                      \
-  } while (0)
+// Every kernel answers a troupe::Status: ok, or an Error with a KernelCode (troupe/error.hpp:
+// BadArguments, Unavailable, DeviceError; each says whether a retry can help).
+using troupe::KernelCode;
+using troupe::Status;
 
 // bfloat16 storage: the top 16 bits of an IEEE float. Layout-compatible with at::BFloat16 and
 // __nv_bfloat16, so a torch bf16 tensor's data_ptr can be reinterpret_cast to `const bf16*`.

@@ -15,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "troupe/error.hpp"
+
 namespace troupe::net {
 
 struct HttpRequest {
@@ -55,13 +57,9 @@ class HttpServer {
   std::uint16_t port_ = 0;
 };
 
-class HttpError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-// One request on a fresh connection. Throws HttpError when the peer cannot be reached or the
-// exchange does not finish within `timeout`; any HTTP status is returned, not thrown.
+// One request on a fresh connection. Throws ErrorException(NetCode::Unreachable) when the peer
+// cannot be reached or the exchange does not finish within `timeout`; any HTTP status is returned,
+// not thrown.
 HttpResponse http_call(const std::string& host, std::uint16_t port, const std::string& method,
                        const std::string& target, const std::string& body, const std::string& token,
                        std::chrono::milliseconds timeout);
