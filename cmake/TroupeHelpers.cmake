@@ -16,6 +16,8 @@ endfunction()
 # Every discovered test gets these properties: a name ctest cannot pass back intact (e.g. one with
 # ';') would select no test case and pass vacuously, so a run of zero test cases fails.
 set(TROUPE_TEST_FAIL_IF_EMPTY FAIL_REGULAR_EXPRESSION "test cases: +0 [|]")
+# A case that cannot run its subject here prints this marker (tests/support/skip.hpp): skipped.
+set(TROUPE_TEST_SKIP SKIP_REGULAR_EXPRESSION "TROUPE-TEST-SKIPPED")
 
 function(troupe_add_tests name)
   cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS" ${ARGN})
@@ -25,7 +27,7 @@ function(troupe_add_tests name)
   add_executable(${name} ${CMAKE_SOURCE_DIR}/tests/doctest_main.cpp ${T_SOURCES})
   target_link_libraries(${name} PRIVATE doctest::doctest ${T_LIBS})
   target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/tests)
-  doctest_discover_tests(${name} PROPERTIES TIMEOUT ${T_TIMEOUT} ${TROUPE_TEST_FAIL_IF_EMPTY})
+  doctest_discover_tests(${name} PROPERTIES TIMEOUT ${T_TIMEOUT} ${TROUPE_TEST_FAIL_IF_EMPTY} ${TROUPE_TEST_SKIP})
 endfunction()
 
 # Benchmarks land in build/bench/: troupe_add_bench(<name> SOURCES ... LIBS ...)

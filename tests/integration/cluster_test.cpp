@@ -45,6 +45,11 @@ TEST_CASE("actors on two daemons answer the driver and each other, and move 256 
   // Actor to actor, across processes.
   CHECK(a.call(&Store::add_via, b, 7).get() == 107);
   CHECK(b.call(&Store::get).get() == 107);
+  // A method's own Error crosses the process boundary intact: domain, code and message.
+  auto refused = a.call(&Store::refuse, std::string("torn version")).result();
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().code == troupe::WeightCode::Checksum);
+  CHECK(refused.error().message == "torn version");
 
   // 256 MiB made in b's process, pulled by a's process over the data plane.
   const std::int64_t kBytes = 256ll << 20;
@@ -73,6 +78,9 @@ TEST_CASE("with the call channel off, calls go through the middleman and behave 
   for (int i = 1; i <= 50; ++i) adds.push_back(a.call(&Store::add, 1));
   for (int i = 0; i < 50; ++i) CHECK(adds[std::size_t(i)].get() == 11 + i);
   CHECK(a.call(&Store::add_via, b, 7).get() == 107);
+  auto refused = a.call(&Store::refuse, std::string("torn version")).result();
+  CHECK(refused.error().code == troupe::WeightCode::Checksum);
+  CHECK(refused.error().message == "torn version");
   auto t = b.call(&Store::make, std::int64_t(4 << 20), 9).get();   // a result tensor over UCX
   CHECK(fnv1a(t.data, t.nbytes()) == b.call(&Store::checksum_of_last).get());
 }

@@ -42,6 +42,8 @@ struct Store {
     auto t = other.call(&Store::make, bytes, seed).get();
     return fnv1a(t.data, t.nbytes());
   }
+  // Fails with an Error of another domain than the core's: its caller sees exactly that Error.
+  int refuse(std::string why) { throw troupe::ErrorException(troupe::Error{troupe::WeightCode::Checksum, why}); }
   std::uint64_t last_checksum = 0;
 };
-TROUPE_ACTOR(Store, pid, add, get, sleep_ms, make, checksum_of_last, checksum, add_via, pull_checksum);
+TROUPE_ACTOR(Store, pid, add, get, sleep_ms, make, checksum_of_last, checksum, add_via, pull_checksum, refuse);

@@ -16,6 +16,7 @@
 #include "troupe/troupe.hpp"
 #include "troupe/weights.hpp"
 #include "gpu_sync.hpp"
+#include "support/skip.hpp"
 
 using namespace std::chrono_literals;
 using troupe::WeightStore;
@@ -216,17 +217,21 @@ TEST_CASE("weights: subscribers on the host map a worker's version, held while t
   }
 }
 
+TEST_CASE("weights on a machine without a GPU: a subscriber asking for device memory is refused") {
+  std::string why;
+  if (troupe::detail::weights::gpu::device_count(&why) > 0) TROUPE_SKIP("this machine has a GPU");
+  troupe::RuntimeConfig cfg;
+  auto rt = troupe::Runtime::create(cfg);
+  auto store = rt.spawn<WeightStore>(troupe::Options{});
+  troupe::SubscriberOptions opts;
+  opts.device = 0;
+  CHECK_THROWS_AS(troupe::WeightSubscriber(store, opts), std::invalid_argument);
+}
+
 TEST_CASE("weights on a GPU: a worker's device mirror reaches other processes by CUDA IPC, checked, held while used") {
   std::string why;
   if (troupe::detail::weights::gpu::device_count(&why) == 0) {
-    troupe::RuntimeConfig cfg;
-    auto rt = troupe::Runtime::create(cfg);
-    auto store = rt.spawn<WeightStore>(troupe::Options{});
-    troupe::SubscriberOptions opts;
-    opts.device = 0;
-    CHECK_THROWS_AS(troupe::WeightSubscriber(store, opts), std::invalid_argument);
-    MESSAGE("no CUDA device here (" << why << "): the CUDA IPC transfers are checked on a GPU machine only");
-    return;
+    TROUPE_SKIP("no CUDA device here (" + why + "); CUDA IPC is checked on a GPU machine");
   }
   test_support::TempDir dir("troupe-weights");
   {
@@ -258,44 +263,45 @@ TEST_CASE("weights on a GPU: a worker's device mirror reaches other processes by
   }
 }
 
+TEST_CASE("weights in an NCCL group: a store with no device mirror, a member with no device and bad times are refused") {
+  troupe::RuntimeConfig cfg;
+  auto rt = troupe::Runtime::create(cfg);
+  auto store = rt.spawn<WeightStore>(troupe::Options{});
+  auto seat = store.call(&WeightStore::group_join, std::string("g"), std::int32_t(2), std::string("m"),
+                         std::int64_t(1000), std::int64_t(1000)).result();
+  REQUIRE_FALSE(seat.ok());
+  CHECK(seat.error().message.find("mirrors its versions on no GPU") != std::string::npos);
+  // Bounds too long to add to a clock are refused, not overflowed.
+  auto forever = store.call(&WeightStore::group_join, std::string("g"), std::int32_t(2), std::string("m"),
+                            std::numeric_limits<std::int64_t>::max(), std::int64_t(1000)).result();
+  REQUIRE_FALSE(forever.ok());
+  CHECK(forever.error().message.find("timeout must be in") != std::string::npos);
+  auto never = store.call(&WeightStore::group_leave, std::string("g"), std::string("m"), std::int64_t(-1)).result();
+  REQUIRE_FALSE(never.ok());
+  CHECK(never.error().message.find("retry time must be in") != std::string::npos);
+  CHECK(store.call(&WeightStore::group_leave, std::string("g"), std::string("m"), std::int64_t(0)).result().ok());
+  troupe::SubscriberOptions patient;
+  patient.nccl_group = "g";
+  patient.nccl_group_size = 2;
+  patient.device = 0;
+  patient.nccl_timeout = std::chrono::milliseconds(std::numeric_limits<std::int64_t>::max());
+  CHECK_THROWS_WITH_AS(troupe::WeightSubscriber(store, patient), doctest::Contains("nccl_timeout"), std::invalid_argument);
+  auto pulled = store.call(&WeightStore::group_pull, std::string("g"), std::uint64_t(1), std::uint64_t(1),
+                           std::string("m")).result();
+  REQUIRE_FALSE(pulled.ok());
+  CHECK(pulled.error().code == troupe::WeightCode::Rejoin);
+  CHECK(pulled.error().message.find("join again") != std::string::npos);
+  troupe::SubscriberOptions opts;
+  opts.nccl_group = "g";
+  opts.nccl_group_size = 2;
+  CHECK_THROWS_WITH_AS(troupe::WeightSubscriber(store, opts), doctest::Contains("needs a device"), std::invalid_argument);
+}
+
 TEST_CASE("weights in an NCCL group: each version broadcast to every member GPU, the other paths once a member dies") {
   namespace gpu = troupe::detail::weights::gpu;
   std::string why;
   const int devices = gpu::device_count(&why);
-  if (devices == 0) {   // the refusals: a store with no device mirror, a member with no device
-    troupe::RuntimeConfig cfg;
-    auto rt = troupe::Runtime::create(cfg);
-    auto store = rt.spawn<WeightStore>(troupe::Options{});
-    auto seat = store.call(&WeightStore::group_join, std::string("g"), std::int32_t(2), std::string("m"),
-                           std::int64_t(1000), std::int64_t(1000)).result();
-    REQUIRE_FALSE(seat.ok());
-    CHECK(seat.error().message.find("mirrors its versions on no GPU") != std::string::npos);
-    // Bounds too long to add to a clock are refused, not overflowed.
-    auto forever = store.call(&WeightStore::group_join, std::string("g"), std::int32_t(2), std::string("m"),
-                              std::numeric_limits<std::int64_t>::max(), std::int64_t(1000)).result();
-    REQUIRE_FALSE(forever.ok());
-    CHECK(forever.error().message.find("timeout must be in") != std::string::npos);
-    auto never = store.call(&WeightStore::group_leave, std::string("g"), std::string("m"), std::int64_t(-1)).result();
-    REQUIRE_FALSE(never.ok());
-    CHECK(never.error().message.find("retry time must be in") != std::string::npos);
-    CHECK(store.call(&WeightStore::group_leave, std::string("g"), std::string("m"), std::int64_t(0)).result().ok());
-    troupe::SubscriberOptions patient;
-    patient.nccl_group = "g";
-    patient.nccl_group_size = 2;
-    patient.device = 0;
-    patient.nccl_timeout = std::chrono::milliseconds(std::numeric_limits<std::int64_t>::max());
-    CHECK_THROWS_WITH_AS(troupe::WeightSubscriber(store, patient), doctest::Contains("nccl_timeout"), std::invalid_argument);
-    auto pulled = store.call(&WeightStore::group_pull, std::string("g"), std::uint64_t(1), std::uint64_t(1),
-                             std::string("m")).result();
-    REQUIRE_FALSE(pulled.ok());
-    CHECK(pulled.error().message.find("join again") != std::string::npos);
-    troupe::SubscriberOptions opts;
-    opts.nccl_group = "g";
-    opts.nccl_group_size = 2;
-    CHECK_THROWS_WITH_AS(troupe::WeightSubscriber(store, opts), doctest::Contains("needs a device"), std::invalid_argument);
-    MESSAGE("no CUDA device here (" << why << "): NCCL group broadcasts are checked on a machine with 2+ GPUs only");
-    return;
-  }
+  if (devices == 0) TROUPE_SKIP("no CUDA device here (" + why + "); NCCL groups are checked on GPU machines");
   if (!gpu::NcclBroadcaster::available(&why)) {   // a CUDA machine without libnccl.so.2 on the loader's path
     troupe::RuntimeConfig cfg;
     auto rt = troupe::Runtime::create(cfg);
@@ -427,6 +433,6 @@ TEST_CASE("weights: a relay killed while its child streams from it: the child pu
   if (mid_stream) {
     CHECK(pub.call(&WeightStore::stats).get().transfers == 2);   // r0's pull, then r1's fallback
   } else {
-    MESSAGE("r0 had the whole version before it was killed: the fallback was not exercised this run");
+    TROUPE_SKIP("r0 had the whole version before it was killed: the fallback was not exercised this run");
   }
 }

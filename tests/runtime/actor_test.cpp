@@ -13,8 +13,11 @@ TROUPE_ACTOR(Tracked, ping, sleep_ms);
 // Calls another actor from inside a method.
 struct Relay {
   int forward(troupe::ActorRef<Counter> c, int k) { return c.call(&Counter::add, k).get(); }
+  int refuse(int code) { throw troupe::ErrorException(troupe::Error{troupe::PlacementCode(code), "no room"}); }
+  // A nested call that times out: a CallError escapes this method.
+  void wait_on(troupe::ActorRef<Counter> c, int ms) { c.with_timeout(std::chrono::milliseconds(1)).call(&Counter::sleep_ms, ms).get(); }
 };
-TROUPE_ACTOR(Relay, forward);
+TROUPE_ACTOR(Relay, forward, refuse, wait_on);
 
 struct TensorSink {
   std::uintptr_t address(troupe::TensorView t) { return reinterpret_cast<std::uintptr_t>(t.data); }
@@ -81,6 +84,31 @@ TEST_CASE("an exception thrown by a method fails the future with MethodFailed") 
   CHECK_THROWS_AS(c.call(&Counter::fail, std::string("x")).get(), troupe::CallError);
   // The actor survives its method's exception.
   CHECK(c.call(&Counter::add, 1).get() == 1);
+}
+
+TEST_CASE("an Error a method throws fails the future with exactly that Error, and a nested call's failure is the method's") {
+  auto rt = make_runtime();
+  auto relay = rt.spawn<Relay>(troupe::Options{});
+  auto r = relay.call(&Relay::refuse, int(troupe::PlacementCode::Infeasible)).result();
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code == troupe::PlacementCode::Infeasible);
+  CHECK(r.error().message == "no room");
+  auto slow = rt.spawn<Counter>(troupe::Options{});
+  auto nested = relay.call(&Relay::wait_on, slow, 200).result();   // the inner call timed out, not this one
+  REQUIRE_FALSE(nested.ok());
+  CHECK(nested.error().code == ErrorCode::MethodFailed);
+  CHECK(nested.error().message.find("Timeout") != std::string::npos);
+  CHECK(relay.call(&Relay::forward, rt.spawn<Counter>(troupe::Options{}), 2).get() == 2);
+}
+
+TEST_CASE("tell sends a call whose outcome nobody waits for") {
+  auto rt = make_runtime();
+  auto c = rt.spawn<Counter>(troupe::Options{});
+  for (int i = 0; i < 3; ++i) c.tell(&Counter::add, 2);
+  c.tell(&Counter::fail, std::string("logged, not returned"));
+  CHECK(c.call(&Counter::get).get() == 6);   // answered in order, after the tells
+  rt.kill(c);
+  c.tell(&Counter::add, 1);   // to a dead actor: logged, nothing thrown
 }
 
 TEST_CASE("arguments that do not decode fail with BadArguments") {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "troupe/transport/data_plane.hpp"
+#include "support/helper_main.hpp"
 #include "support/pipe_io.hpp"
 
 extern char** environ;
@@ -33,7 +34,6 @@ using std::chrono::milliseconds;
 using test_support::read_exact;
 using test_support::write_exact;
 
-constexpr const char* kHelperEnv = "TROUPE_TRANSPORT_HELPER";
 
 std::uint64_t mix(std::uint64_t x) {   // splitmix64
   x += 0x9e3779b97f4a7c15ULL;
@@ -69,9 +69,9 @@ class Helper {
     int up[2], down[2];
     REQUIRE(::pipe(up) == 0);
     REQUIRE(::pipe(down) == 0);
-    std::string spec = std::string(kHelperEnv) + "=" + mode + ":" + std::to_string(bytes) + ":" +
-                       std::to_string(seed) + ":" + std::to_string(up[1]) + ":" + std::to_string(down[0]);
-    std::vector<std::string> env{spec};
+    std::string spec = mode + ":" + std::to_string(bytes) + ":" + std::to_string(seed) + ":" +
+                       std::to_string(up[1]) + ":" + std::to_string(down[0]);
+    std::vector<std::string> env;
     if (!ucx_tls.empty()) env.push_back("UCX_TLS=" + ucx_tls);
     for (char** e = environ; *e != nullptr; ++e) {
       if (std::strncmp(*e, "UCX_TLS=", 8) != 0 || ucx_tls.empty()) env.emplace_back(*e);
@@ -79,8 +79,8 @@ class Helper {
     std::vector<char*> envp, argv;
     for (auto& s : env) envp.push_back(s.data());
     envp.push_back(nullptr);
-    std::string exe = "/proc/self/exe", filter = "-tc=transport helper process", quiet = "--no-intro";
-    argv = {exe.data(), filter.data(), quiet.data(), nullptr};
+    std::string exe = "/proc/self/exe", flag = "--test-helper", name = "transport";
+    argv = {exe.data(), flag.data(), name.data(), spec.data(), nullptr};
     int devnull = ::open("/dev/null", O_WRONLY);
     pid_ = ::fork();
     REQUIRE(pid_ >= 0);
@@ -189,11 +189,7 @@ tp::TensorDescriptor sample_remote() {
 
 }  // namespace
 
-TEST_CASE("transport helper process") {
-  const char* spec = std::getenv(kHelperEnv);
-  if (spec == nullptr) return;   // only meaningful when a transport test runs this binary
-  std::_Exit(run_helper(spec));
-}
+TROUPE_TEST_HELPER("transport", run_helper);
 
 TEST_CASE("transport: descriptors round-trip through their wire format") {
   auto d = sample_remote();
