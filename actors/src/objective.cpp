@@ -2,37 +2,23 @@
 
 #include <ATen/ATen.h>
 
-#include <mutex>
-#include <stdexcept>
+#include "troupe/named_registry.hpp"
 
 namespace troupe::actors {
 namespace {
 
-struct Registry {
-  std::mutex mu;
-  std::map<std::string, Objective> objectives{{"sft", &sft_objective}};
-};
-
-Registry& registry() {
-  static Registry r;
+NamedRegistry<Objective>& registry() {
+  static NamedRegistry<Objective> r("objective");
+  static const bool with_sft = (r.put("sft", &sft_objective), true);
+  (void)with_sft;
   return r;
 }
 
 }  // namespace
 
-void register_objective(const std::string& name, Objective objective) {
-  auto& r = registry();
-  std::lock_guard lk(r.mu);
-  r.objectives[name] = std::move(objective);
-}
+void register_objective(const std::string& name, Objective objective) { registry().put(name, std::move(objective)); }
 
-Objective find_objective(const std::string& name) {
-  auto& r = registry();
-  std::lock_guard lk(r.mu);
-  auto it = r.objectives.find(name);
-  if (it == r.objectives.end()) throw std::invalid_argument("no objective registered as '" + name + "'");
-  return it->second;
-}
+Objective find_objective(const std::string& name) { return registry().at(name); }
 
 double option_or(const std::map<std::string, double>& options, const std::string& key, double fallback) {
   auto it = options.find(key);

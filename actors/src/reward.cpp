@@ -1,8 +1,8 @@
 #include "troupe/actors/reward.hpp"
 
-#include <map>
-#include <mutex>
 #include <stdexcept>
+
+#include "troupe/named_registry.hpp"
 
 namespace troupe::actors {
 namespace {
@@ -28,31 +28,18 @@ RewardResult integer_match(const ScoreItem& item) {
   return r;
 }
 
-struct Registry {
-  std::mutex mu;
-  std::map<std::string, Verifier> verifiers{{"exact_match", &exact_match}, {"integer", &integer_match}};
-};
-
-Registry& registry() {
-  static Registry r;
+NamedRegistry<Verifier>& registry() {
+  static NamedRegistry<Verifier> r("verifier");
+  static const bool built_in = (r.put("exact_match", &exact_match), r.put("integer", &integer_match), true);
+  (void)built_in;
   return r;
 }
 
 }  // namespace
 
-void register_verifier(const std::string& name, Verifier verifier) {
-  auto& r = registry();
-  std::lock_guard lk(r.mu);
-  r.verifiers[name] = std::move(verifier);
-}
+void register_verifier(const std::string& name, Verifier verifier) { registry().put(name, std::move(verifier)); }
 
-Verifier find_verifier(const std::string& name) {
-  auto& r = registry();
-  std::lock_guard lk(r.mu);
-  auto it = r.verifiers.find(name);
-  if (it == r.verifiers.end()) throw std::invalid_argument("no verifier registered as '" + name + "'");
-  return it->second;
-}
+Verifier find_verifier(const std::string& name) { return registry().at(name); }
 
 Reward::Reward(RewardConfig config) : config_(std::move(config)), verifier_(find_verifier(config_.verifier)) {}
 

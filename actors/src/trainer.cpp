@@ -107,10 +107,6 @@ void Trainer::set_optimizer(OptimConfig config) {
   impl_->optimizer = AdamW(impl_->policy.parameters(), config);
 }
 
-std::int64_t Trainer::sync_to(ActorRef<RolloutEngine> rollout) {
-  return rollout.call(&RolloutEngine::update_weights, weights()).get();
-}
-
 std::int64_t Trainer::publish_to(ActorRef<WeightStore> store) {
   const auto v = std::uint64_t(impl_->version + kStoreVersionOffset);
   const auto latest = store.call(&WeightStore::latest_version).get();

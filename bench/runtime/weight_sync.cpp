@@ -99,9 +99,9 @@ std::vector<double> broadcast(troupe::Runtime& rt, const troupe::Options& pub_op
                               std::size_t bytes, int receivers, Fanout fanout, bool map = false) {
   auto pub = rt.spawn<WeightStore>(pub_opts);
   std::vector<ActorRef<WeightStore>> relays;
-  for (int i = 0; i < receivers; ++i) {
-    relays.push_back(rt.spawn<WeightStore>(recv_opts, std::uint8_t(0), std::int64_t(60000), map));
-  }
+  troupe::PublisherOptions relay;
+  relay.relay_maps = map;
+  for (int i = 0; i < receivers; ++i) relays.push_back(rt.spawn<WeightStore>(recv_opts, relay));
   auto follow_all = [&](std::uint64_t version) {
     if (fanout == Fanout::kChain) return troupe::chain_broadcast(pub, relays, version, std::chrono::seconds(300));
     const bool tree = fanout == Fanout::kTree;
@@ -179,7 +179,9 @@ namespace {
 std::vector<double> gpu_rounds(troupe::Runtime& rt, std::size_t bytes, int device, const std::vector<std::int32_t>& gpus,
                                bool in_place, const std::string& group) {
   auto procs = troupe::Options{}.process(true);
-  auto pub = rt.spawn<WeightStore>(procs, std::uint8_t(0), std::int64_t(60000), false, std::int32_t(device));
+  troupe::PublisherOptions mirrored;
+  mirrored.device = device;
+  auto pub = rt.spawn<WeightStore>(procs, mirrored);
   std::vector<ActorRef<GpuReceiver>> recvs;
   for (std::size_t i = 0; i < gpus.size(); ++i) recvs.push_back(rt.spawn<GpuReceiver>(procs));
   auto setup = [&](bool verify) {

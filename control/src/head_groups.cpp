@@ -5,12 +5,8 @@
 #include "troupe/control/head.hpp"
 
 namespace troupe::control {
-namespace {
 
 using json = nlohmann::json;
-
-
-}  // namespace
 
 net::HttpResponse Head::create_group(const json& body) {
   placement::PlacementGroupSpec spec;

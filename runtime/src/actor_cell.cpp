@@ -14,6 +14,7 @@ struct CallRecord {
   Payload args;                          // kept while it may be sent: queued, or retryable
   int attempts = 0;
   const Route* via = nullptr;            // the route its attempt is on; null: unsent (queued)
+  std::uint64_t incarnation = 0;         // via's: only its replies answer the call (FT-2)
   std::vector<std::uint64_t> regions;    // argument tensors exposed for that attempt
 };
 
@@ -78,10 +79,14 @@ void ActorCell::submit(const char* method, Payload args, std::shared_ptr<StateBa
         link(call);
         seq = call->call_link.seq;
         route = route_;
-        auto rec = std::unique_ptr<CallRecord, CallRecordDeleter>(new CallRecord{method, {}, 0, nullptr, {}});
+        auto rec = std::unique_ptr<CallRecord, CallRecordDeleter>(new CallRecord{method, {}, 0, nullptr, 0, {}});
         if (!route) rec->args = std::move(args);                   // queued: sent from here at bind
         else if (spec_.max_retries > 0) rec->args = args;          // it may be sent again
-        if (route) { rec->via = route.get(); rec->attempts = 1; }  // on it from now: unbind() sees it
+        if (route) {                                               // on it from now: unbind() sees it
+          rec->via = route.get();
+          rec->incarnation = route_incarnation_;
+          rec->attempts = 1;
+        }
         call->call_link.record = std::move(rec);
         recorded_[seq] = call.get();
       }
@@ -130,6 +135,7 @@ ActorCell::Pending ActorCell::take_for_send_locked(std::uint64_t seq, const Rout
   StateBase* st = recorded_.at(seq);
   CallRecord& rec = *st->call_link.record;
   rec.via = route;
+  rec.incarnation = route->incarnation();
   rec.attempts += 1;
   Payload args = spec_.max_retries > 0 ? rec.args : std::move(rec.args);
   return Pending{seq, rec.method, std::move(args), st->call_link.self};
@@ -237,9 +243,12 @@ std::shared_ptr<StateBase> ActorCell::take_reply(std::uint64_t incarnation, std:
   std::vector<std::uint64_t> regions;
   {
     std::lock_guard lk(mu_);
-    if (!route_ || route_incarnation_ != incarnation) return nullptr;   // FT-2
     auto it = recorded_.find(seq);
     if (it == recorded_.end()) return nullptr;
+    const CallRecord& rec = *it->second->call_link.record;
+    // FT-2: only a reply of the incarnation its attempt went to (bind() sends queued calls
+    // before it publishes the route, so the bound route is not the test).
+    if (rec.via == nullptr || rec.incarnation != incarnation) return nullptr;
     state = unlink(*it->second, &regions);
   }
   release(regions);   // the callee has finished with our argument tensors

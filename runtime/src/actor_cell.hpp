@@ -71,8 +71,8 @@ class ActorCell : public std::enable_shared_from_this<ActorCell> {
   void complete(StateBase& call, const Payload& reply);
   void fail_call(StateBase& call, Error error);
   // Remote routes: the call that a reply of (incarnation, seq) answers, taken out of the table
-  // (its regions released, its deadline cancelled) for the caller to complete; null when it is no
-  // call in flight on the bound incarnation (FT-2) or was done already.
+  // (its regions released, its deadline cancelled) for the caller to complete; null when no
+  // attempt of that call is in flight to that incarnation (FT-2) or it was done already.
   std::shared_ptr<StateBase> take_reply(std::uint64_t incarnation, std::uint64_t seq);
 
   // Marks the actor dead: every call in flight fails with ActorDied(reason), later ones at once,

@@ -18,23 +18,9 @@ Registry& Registry::instance() {
 }
 
 ActorTypeInfo& Registry::type(const std::string& name) {
-  auto it = types_.find(name);
-  if (it == types_.end()) {
-    it = types_.emplace(name, ActorTypeInfo{}).first;
-    it->second.name = name;
-  }
-  return it->second;
-}
-
-const ActorTypeInfo* Registry::find(std::string_view name) const {
-  auto it = types_.find(name);
-  return it == types_.end() ? nullptr : &it->second;
-}
-
-std::vector<std::string> Registry::type_names() const {
-  std::vector<std::string> out;
-  for (const auto& [name, _] : types_) out.push_back(name);
-  return out;
+  ActorTypeInfo& info = types_.slot(name);
+  if (info.name.empty()) info.name = name;
+  return info;
 }
 
 }  // namespace troupe::detail

@@ -23,6 +23,18 @@ using troupe::WeightStore;
 
 namespace {
 
+troupe::PublisherOptions lease(std::chrono::milliseconds t) {
+  troupe::PublisherOptions o;
+  o.hold_lease = t;
+  return o;
+}
+
+troupe::PublisherOptions on_device(int device) {
+  troupe::PublisherOptions o;
+  o.device = device;
+  return o;
+}
+
 // A receiver that dies (the whole process) after its first bucket lands.
 struct DyingReceiver {
   int pid() { return int(::getpid()); }
@@ -167,7 +179,7 @@ TEST_CASE("weights: a receiver killed mid-transfer blocks neither the others nor
   test_support::TempDir dir("troupe-weights");
   {
     auto rt = local_runtime(dir);
-    auto pub = rt.spawn<WeightStore>(troupe::Options{}.process(true), std::uint8_t(0), std::int64_t(1000));
+    auto pub = rt.spawn<WeightStore>(troupe::Options{}.process(true), lease(1000ms));
     auto dier = rt.spawn<DyingReceiver>(troupe::Options{}.process(true));
     auto ok = rt.spawn<WeightStore>(troupe::Options{}.process(true));
     auto sum = pub.call(&WeightStore::publish_synthetic, std::uint64_t(1), numels(16 << 20, 2), std::uint64_t(9)).get();
@@ -236,8 +248,7 @@ TEST_CASE("weights on a GPU: a worker's device mirror reaches other processes by
   test_support::TempDir dir("troupe-weights");
   {
     auto rt = local_runtime(dir);
-    auto pub = rt.spawn<WeightStore>(troupe::Options{}.process(true), std::uint8_t(0), std::int64_t(0), false,
-                                     std::int32_t(0));
+    auto pub = rt.spawn<WeightStore>(troupe::Options{}.process(true), on_device(0));
     auto in_place = rt.spawn<DeviceReceiver>(troupe::Options{}.process(true));
     auto copying = rt.spawn<DeviceReceiver>(troupe::Options{}.process(true));
     pub.call(&WeightStore::publish_synthetic, std::uint64_t(1), numels(16 << 20, 4), std::uint64_t(7)).get();
@@ -305,7 +316,7 @@ TEST_CASE("weights in an NCCL group: each version broadcast to every member GPU,
   if (!gpu::NcclBroadcaster::available(&why)) {   // a CUDA machine without libnccl.so.2 on the loader's path
     troupe::RuntimeConfig cfg;
     auto rt = troupe::Runtime::create(cfg);
-    auto store = rt.spawn<WeightStore>(troupe::Options{}, std::uint8_t(0), std::int64_t(0), false, std::int32_t(0));
+    auto store = rt.spawn<WeightStore>(troupe::Options{}, on_device(0));
     troupe::SubscriberOptions opts;
     opts.device = 0;
     opts.nccl_group = "g";
@@ -317,7 +328,7 @@ TEST_CASE("weights in an NCCL group: each version broadcast to every member GPU,
   test_support::TempDir dir("troupe-weights");
   auto rt = local_runtime(dir);
   auto procs = troupe::Options{}.process(true);
-  auto pub = rt.spawn<WeightStore>(procs, std::uint8_t(0), std::int64_t(0), false, std::int32_t(0));
+  auto pub = rt.spawn<WeightStore>(procs, on_device(0));
   // The store counts a broadcast once its own side is done, which may be just after the members'.
   auto broadcasts = [&](std::uint64_t expect) {
     std::uint64_t n = 0;

@@ -293,3 +293,30 @@ TEST_CASE("call table: an attempt that cannot be sent fails its call with the ro
   CHECK(f.result().error().code == ErrorCode::Unavailable);
   CHECK(g_released == std::vector<std::uint64_t>{77});
 }
+
+TEST_CASE("call table: a reply that comes while bind is still sending the queued calls completes its call") {
+  // The reply of a queued call can arrive before bind() publishes the route (it sends them first,
+  // so that no newer call overtakes them): it must not be taken for a stale incarnation's.
+  class Answering final : public d::Route {
+   public:
+    explicit Answering(std::weak_ptr<d::ActorCell> cell) : cell_(std::move(cell)) {}
+    std::uint64_t incarnation() const override { return 5; }
+    bool local() const override { return false; }
+    d::Sent send(d::Attempt a) override {
+      if (auto cell = cell_.lock(); cell && (state_ = cell->take_reply(5, a.seq))) {
+        state_->complete_from(troupe::encode_value(int(a.seq) * 10));
+      }
+      return d::Sent{this, {}, {}};
+    }
+
+   private:
+    std::weak_ptr<d::ActorCell> cell_;
+    std::shared_ptr<d::StateBase> state_;
+  };
+  Table t(0);
+  auto a = t.call(), b = t.call();
+  t.cell->bind(std::make_shared<Answering>(t.cell));
+  REQUIRE(a.ready());
+  CHECK(a.get() == 10);
+  CHECK(b.get() == 20);
+}

@@ -206,7 +206,9 @@ TEST_CASE("weight mapped path: the version is read in place, held while mapped, 
 TEST_CASE("weight wire compression: bf16 and int8-per-row stay within their stated bounds") {
   for (auto c : {troupe::WireCompression::BF16, troupe::WireCompression::Int8Row}) {
     auto rt = troupe::Runtime::create();
-    auto store = rt.spawn<troupe::WeightStore>(troupe::Options{}, std::uint8_t(c), std::int64_t(0));
+    troupe::PublisherOptions po;
+    po.compression = c;
+    auto store = rt.spawn<troupe::WeightStore>(troupe::Options{}, po);
     auto src = model(0.5f);
     store.call(&troupe::WeightStore::publish, std::uint64_t(1), src).get();
     troupe::SubscriberOptions opts;
@@ -256,7 +258,9 @@ TEST_CASE("weight device path: on a GPU, pulled sets land on it with the publish
   // A publisher mirrored on device 0; subscribers in this process take the mirror without a copy,
   // or (allow_local = false: CUDA IPC cannot open a handle in its own process) pull to host and
   // upload. Either way the bytes on the device are the published ones.
-  auto store = rt.spawn<troupe::WeightStore>(troupe::Options{}, std::uint8_t(0), std::int64_t(0), false, std::int32_t(0));
+  troupe::PublisherOptions mirrored;
+  mirrored.device = 0;
+  auto store = rt.spawn<troupe::WeightStore>(troupe::Options{}, mirrored);
   auto src = model(2.0f);
   store.call(&troupe::WeightStore::publish, std::uint64_t(1), src).get();
   for (bool local : {true, false}) {

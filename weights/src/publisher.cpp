@@ -118,6 +118,24 @@ std::shared_ptr<WeightPublisher> WeightPublisher::find_local(std::uint64_t key) 
   return it == registry().by_key.end() ? nullptr : it->second.lock();
 }
 
+void PublisherOptions::msgpack_unpack(const msgpack::object& o) {
+  if (o.type != msgpack::type::ARRAY || o.via.array.size != 5) throw DecodeError("PublisherOptions: expected 5 fields");
+  const msgpack::object* f = o.via.array.ptr;
+  std::uint8_t c = 0;
+  std::int64_t lease_ms = 0;
+  std::uint64_t idle = 0;
+  detail::convert_checked(f[0], c);
+  detail::convert_checked(f[1], lease_ms);
+  detail::convert_checked(f[2], idle);
+  detail::convert_checked(f[3], device);
+  detail::convert_checked(f[4], relay_maps);
+  if (c > std::uint8_t(WireCompression::Int8Row)) throw DecodeError("PublisherOptions: no compression " + std::to_string(c));
+  if (lease_ms < 0) throw DecodeError("PublisherOptions: a negative hold lease");
+  compression = static_cast<WireCompression>(c);
+  hold_lease = std::chrono::milliseconds(lease_ms);
+  idle_buffers = std::size_t(idle);
+}
+
 std::shared_ptr<WeightPublisher> WeightPublisher::create(PublisherOptions opts) {
   auto p = std::make_shared<WeightPublisher>(opts);
   std::lock_guard lock(registry().mu);

@@ -17,15 +17,6 @@ namespace {
 
 namespace tp = troupe::transport;
 
-PublisherOptions options_of(std::uint8_t compression, std::int64_t hold_lease_ms, std::int32_t device) {
-  if (compression > std::uint8_t(WireCompression::Int8Row)) throw std::invalid_argument("WeightStore: bad compression");
-  PublisherOptions o;
-  o.compression = static_cast<WireCompression>(compression);
-  if (hold_lease_ms > 0) o.hold_lease = std::chrono::milliseconds(hold_lease_ms);
-  o.device = device;
-  return o;
-}
-
 // Deterministic f32 pattern in [-1, 1): element i of tensor t from `seed`.
 void fill_pattern(float* p, std::int64_t n, std::uint64_t seed) {
   std::uint32_t x = std::uint32_t(seed * 2654435761u) | 1u;
@@ -87,17 +78,10 @@ struct WeightStore::Stream {
   }
 };
 
-WeightStore::WeightStore() : WeightStore(0, 0, false, -1) {}
+WeightStore::WeightStore() : WeightStore(PublisherOptions{}) {}
 
-WeightStore::WeightStore(std::uint8_t compression, std::int64_t hold_lease_ms)
-    : WeightStore(compression, hold_lease_ms, false, -1) {}
-
-WeightStore::WeightStore(std::uint8_t compression, std::int64_t hold_lease_ms, bool relay_maps)
-    : WeightStore(compression, hold_lease_ms, relay_maps, -1) {}
-
-WeightStore::WeightStore(std::uint8_t compression, std::int64_t hold_lease_ms, bool relay_maps, std::int32_t device)
-    : publisher_(WeightPublisher::create(options_of(compression, hold_lease_ms, device))), relay_maps_(relay_maps),
-      stream_(std::make_shared<Stream>()) {}
+WeightStore::WeightStore(PublisherOptions opts)
+    : publisher_(WeightPublisher::create(opts)), stream_(std::make_shared<Stream>()) {}
 
 WeightStore::~WeightStore() {
   if (stream_->worker.joinable()) stream_->worker.join();
@@ -223,7 +207,7 @@ void WeightStore::start_pull(std::vector<ActorRef<WeightStore>> sources, std::ui
   for (const auto& s : sources) ids.push_back(s.id());
   if (!st->sub || ids != st->sub_sources) {
     SubscriberOptions opts;
-    opts.map_shared = relay_maps_;
+    opts.map_shared = publisher_->options().relay_maps;
     Stream* raw = st.get();   // the stream owns the subscriber and its options: no shared_ptr cycle
     opts.on_receive_buffer = [raw](const WeightManifest& m, const TensorView& wire) {
       std::lock_guard lock(raw->mu);

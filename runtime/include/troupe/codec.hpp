@@ -37,7 +37,7 @@ class DecodeError : public ErrorException {
 namespace detail {
 
 inline constexpr std::int8_t kTensorExt = 1;      // [u32 slot]
-inline constexpr std::int8_t kActorRefExt = 2;    // [u64 actor id][type name]
+inline constexpr std::int8_t kActorRefExt = 2;    // [u64 actor id, little-endian]
 
 // Appends msgpack output to a std::vector<char> (the packer's Stream concept).
 struct VectorWriter {

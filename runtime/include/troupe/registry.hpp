@@ -17,6 +17,7 @@
 
 #include "troupe/codec.hpp"
 #include "troupe/detail/method_traits.hpp"
+#include "troupe/named_registry.hpp"
 
 namespace troupe::detail {
 
@@ -45,11 +46,10 @@ class Registry {
  public:
   static Registry& instance();
   ActorTypeInfo& type(const std::string& name);            // creates on first use
-  const ActorTypeInfo* find(std::string_view name) const;  // null if unknown
-  std::vector<std::string> type_names() const;
+  const ActorTypeInfo* find(std::string_view name) const { return types_.find(name); }   // null if unknown
 
  private:
-  std::map<std::string, ActorTypeInfo, std::less<>> types_;
+  NamedRegistry<ActorTypeInfo> types_{"actor type"};
 };
 
 // Specialised by TROUPE_ACTOR for each registered type.

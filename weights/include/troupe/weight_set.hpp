@@ -61,6 +61,24 @@ struct PublisherOptions {
   // CUDA IPC: in place or by one device-to-device copy, never through the host. The constructor
   // throws std::invalid_argument when the build has no CUDA or the machine no such device.
   int device = -1;
+  // WeightStore only: SubscriberOptions::map_shared of its follow()/follow_async() pulls. Off by
+  // default: a relay re-serves what it pulled, and a mapping would be re-exposed by a copy per
+  // child; a store that only consumes may map.
+  bool relay_maps = false;
+
+  // msgpack (a WeightStore's constructor argument, so a store in a worker process gets it too):
+  // [compression, hold_lease ms, idle_buffers, device, relay_maps]; unpacking refuses a bad
+  // compression or a negative lease (DecodeError).
+  template <class Packer>
+  void msgpack_pack(Packer& pk) const {
+    pk.pack_array(5);
+    pk.pack(static_cast<std::uint8_t>(compression));
+    pk.pack(static_cast<std::int64_t>(hold_lease.count()));
+    pk.pack(static_cast<std::uint64_t>(idle_buffers));
+    pk.pack(static_cast<std::int32_t>(device));
+    pk.pack(relay_maps);
+  }
+  void msgpack_unpack(const msgpack::object& o);
 };
 
 struct PublisherStats {

@@ -116,15 +116,10 @@ class WeightSubscriber {
 // process; subscribers anywhere pull through it. Every method runs on the actor's thread.
 class WeightStore {
  public:
-  WeightStore();
-  // compression: a WireCompression value; hold_lease_ms: PublisherOptions::hold_lease.
-  WeightStore(std::uint8_t compression, std::int64_t hold_lease_ms);
-  // As above; `relay_maps`: SubscriberOptions::map_shared of follow()/follow_async() (false in the
-  // other constructors: a relay re-serves its copy, and a mapping would be re-exposed by a copy
-  // per child; a store that only consumes may map).
-  WeightStore(std::uint8_t compression, std::int64_t hold_lease_ms, bool relay_maps);
-  // As above; `device`: PublisherOptions::device (-1: none).
-  WeightStore(std::uint8_t compression, std::int64_t hold_lease_ms, bool relay_maps, std::int32_t device);
+  WeightStore();   // PublisherOptions{}
+  // rt.spawn<WeightStore>(actor_options, PublisherOptions{...}): compression, lease, device mirror,
+  // and relay_maps for its follow() pulls. Throws std::invalid_argument as WeightPublisher does.
+  explicit WeightStore(PublisherOptions opts);
   ~WeightStore();
 
   // Publishes the tensors as `version` (one copy into shared memory); returns its checksum.
@@ -191,7 +186,6 @@ class WeightStore {
                                     const std::string& subscriber, std::uint64_t have);
 
   std::shared_ptr<WeightPublisher> publisher_;
-  bool relay_maps_ = false;
   std::shared_ptr<Stream> stream_;            // a relay's pull and what it serves meanwhile
   std::shared_ptr<std::atomic<std::uint64_t>> group_broadcasts_ = std::make_shared<std::atomic<std::uint64_t>>(0);
   std::unique_ptr<detail::weights::GroupTable> groups_;   // NCCL groups, made on the first group_join

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "troupe/actors/rollout_engine.hpp"
+#include "troupe/actors/rollout_engine.hpp"   // kStoreVersionOffset
 #include "troupe/actors/types.hpp"
 #include "troupe/weight_store.hpp"
 
@@ -33,10 +33,6 @@ class Trainer {
   Weights weights();
   // Starts a fresh optimizer (moments and step count reset) with `config`.
   void set_optimizer(OptimConfig config);
-  // Hands weights() to `rollout` (RolloutEngine::update_weights) from the trainer's own thread and
-  // returns the version it now serves. Colocated in one process this is a pointer swap with no
-  // copy and no hop through the driver; otherwise one transfer, trainer to engine.
-  std::int64_t sync_to(ActorRef<RolloutEngine> rollout);
   // Publishes the current parameters to `store` as store version policy_version() + 1 (store
   // versions start at 1; see kStoreVersionOffset), unless it already holds that version. One
   // copy into the store's buffer; returns the policy version published. Throws
@@ -57,5 +53,5 @@ class Trainer {
 
 }  // namespace troupe::actors
 
-TROUPE_ACTOR(troupe::actors::Trainer, train_step, weights, set_optimizer, sync_to, publish_to, policy_version,
+TROUPE_ACTOR(troupe::actors::Trainer, train_step, weights, set_optimizer, publish_to, policy_version,
              save_checkpoint, load_checkpoint, save_weights);

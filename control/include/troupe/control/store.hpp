@@ -40,7 +40,7 @@ struct ActorRow {
   std::int64_t max_restarts = 0;
   std::string resources;    // requested, text form
   std::string ctor_signature;
-  std::string ctor_args;    // msgpack bytes, kept to re-run the constructor on restart
+  std::string ctor_args;    // the msgpack bytes as hex text, kept to re-run the constructor on restart
   std::string spec;         // JSON: the rest of the spawn request (binary, colocation, ...)
   std::string death_reason;
 };
