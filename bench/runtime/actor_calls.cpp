@@ -1,6 +1,7 @@
 // build/bench/actor_calls: Ray's actor microbenchmarks on troupe, in-process and cross-process
 // (driver to actors in worker processes on this host, keys prefixed xproc_), beside the same
-// in-process patterns on bare CAF. Prints one JSON object (calls or actors per second) last.
+// in-process patterns on bare CAF. Prints one JSON object last: calls or actors per second, and
+// under <key>_cpu_us the driver process's CPU microseconds per call (or per actor).
 //   --seconds S   wall time per case (default 2)
 #include <nlohmann/json.hpp>
 
@@ -38,22 +39,26 @@ void run_patterns(troupe::Runtime& rt, const troupe::Options& opts, int members_
   auto group = rt.spawn_group<Echo>(std::size_t(members_n), opts);
   for (auto& m : group) m.ready().get();
   const auto& members = group.members();
-  out[prefix + "1_1_actor_calls_sync"] = bench::rate(seconds, 200, [&] {
+  auto put = [&](const std::string& key, bench::Rate r) {
+    out[prefix + key] = r.per_s;
+    out[prefix + key + "_cpu_us"] = r.cpu_us;
+  };
+  put("1_1_actor_calls_sync", bench::measure(seconds, 200, [&] {
     for (int i = 0; i < 200; ++i) (void)members[0].call(&Echo::echo, i).get();
-  });
-  out[prefix + "1_1_actor_calls_async"] = bench::rate(seconds, kBatch, [&] { async_calls({members[0]}, kBatch); });
-  out[prefix + "1_n_actor_calls_async"] = bench::rate(seconds, kBatch, [&] { async_calls(members, kBatch); });
-  out[prefix + "n_n_actor_calls_async"] = bench::rate(seconds, long(bench::kCallers) * kBatch, [&] {
+  }));
+  put("1_1_actor_calls_async", bench::measure(seconds, kBatch, [&] { async_calls({members[0]}, kBatch); }));
+  put("1_n_actor_calls_async", bench::measure(seconds, kBatch, [&] { async_calls(members, kBatch); }));
+  put("n_n_actor_calls_async", bench::measure(seconds, long(bench::kCallers) * kBatch, [&] {
     std::vector<std::thread> ts;
     for (int c = 0; c < bench::kCallers; ++c) ts.emplace_back([&] { async_calls(members, kBatch); });
     for (auto& t : ts) t.join();
-  });
+  }));
   for (auto& m : members) rt.kill(m);
-  out[prefix + "actor_creation_per_s"] = bench::rate(seconds, creations, [&] {
+  put("actor_creation_per_s", bench::measure(seconds, creations, [&] {
     auto g = rt.spawn_group<Echo>(std::size_t(creations), opts);
     (void)g.call_all(&Echo::echo, 1).get();
     for (auto& m : g) rt.kill(m);
-  });
+  }));
 }
 
 }  // namespace
@@ -73,7 +78,7 @@ int main(int argc, char** argv) {
   run_patterns(rt, troupe::Options{}.process(true), bench::kCallers * 2, 4, seconds, "xproc_", troupe_figures);
   rt.shutdown();
   nlohmann::json j;
-  for (auto& [k, v] : troupe_figures) j[k] = std::round(v);
+  for (auto& [k, v] : troupe_figures) j[k] = k.ends_with("_cpu_us") ? std::round(v * 100) / 100 : std::round(v);
   for (auto& [k, v] : bench::run_raw_caf(seconds)) j[k] = std::round(v);
   for (const char* k : {"1_1_actor_calls_sync", "1_1_actor_calls_async", "1_n_actor_calls_async",
                         "n_n_actor_calls_async", "actor_creation_per_s"}) {
