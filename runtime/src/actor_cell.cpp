@@ -113,7 +113,7 @@ void ActorCell::submit(const char* method, Payload args, std::shared_ptr<StateBa
 
 void ActorCell::deliver(Route& route, Pending p) {
   std::shared_ptr<StateBase> call = p.state;
-  Sent sent = route.send(Attempt{p.seq, p.method, std::move(p.args), std::move(p.state)});
+  Sent sent = route.send(Attempt{p.seq, p.method.c_str(), std::move(p.args), std::move(p.state)});
   if (sent.error) {
     release(sent.regions);
     if (auto s = take(*call)) s->fail(std::move(*sent.error));

@@ -111,22 +111,23 @@ class ActorCell : public std::enable_shared_from_this<ActorCell> {
   Timer::Key schedule_deadline(const std::shared_ptr<StateBase>& call, const char* method,
                                std::chrono::nanoseconds timeout);
 
-  const CellSpec spec_;
-  const CallTableEnv env_;
-
-  std::mutex send_mu_;   // orders sends on remote routes: a rebind's resends before newer calls
-  mutable SpinLock mu_;  // guards everything below
+  // What every call touches, together (a caller and the actor's thread take mu_ per call).
+  mutable SpinLock mu_;  // guards the fields below it, but for the const ones
   std::atomic<bool> dead_{false};
-  std::string death_reason_;
+  bool route_local_ = false;
   // Published only once every queued call has been sent on it (so newer calls never overtake);
   // a local route, once bound, is replaced by nothing but death.
   std::shared_ptr<Route> route_;
-  bool route_local_ = false;
-  std::uint64_t route_incarnation_ = 0;
   StateBase* head_ = nullptr;   // oldest call in flight
   StateBase* tail_ = nullptr;
   std::uint64_t next_seq_ = 1;
+  std::uint64_t route_incarnation_ = 0;
+  std::string death_reason_;
   std::unordered_map<std::uint64_t, StateBase*> recorded_;   // calls with a CallRecord, by seq
+
+  const CellSpec spec_;
+  const CallTableEnv env_;
+  std::mutex send_mu_;   // orders sends on remote routes: a rebind's resends before newer calls
   Promise<void> ready_;
 };
 

@@ -137,7 +137,7 @@ caf::actor spawn_host(caf::actor_system& sys, bool detached, std::shared_ptr<Act
   return sys.spawn(host, std::move(cell), &type, factory, std::move(ctor_args), std::move(ctx));
 }
 
-Sent LocalRoute::send(Attempt a) {
+Sent LocalRoute::send(Attempt&& a) {
   caf::anon_send(host_, CallMsg{std::move(a.state), std::string(a.method), std::move(a.args)});
   return Sent{this, {}, {}};
 }

@@ -65,7 +65,7 @@ class LocalRoute final : public Route {
   explicit LocalRoute(caf::actor host) : host_(std::move(host)) {}
   std::uint64_t incarnation() const override { return 0; }
   bool local() const override { return true; }
-  Sent send(Attempt attempt) override;
+  Sent send(Attempt&& attempt) override;
   void stop() override;   // the host exits; its running call finishes first
   const caf::actor& host() const { return host_; }
 

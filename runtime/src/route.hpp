@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <string_view>
 #include <vector>
 
 #include "troupe/codec.hpp"
@@ -21,7 +20,7 @@ class Route;
 // One attempt of call `seq`, as the table hands it to a route.
 struct Attempt {
   std::uint64_t seq = 0;
-  std::string_view method;              // valid for the duration of send()
+  const char* method = nullptr;         // valid for the duration of send()
   Payload args;                         // the route's to keep (the table kept its own copy if it needs one)
   std::shared_ptr<StateBase> state;     // completed directly by local routes
 };
@@ -43,7 +42,7 @@ class Route {
   // (incarnation, seq) through ActorCell::take_reply.
   virtual bool local() const = 0;
   // Delivers the attempt. Called in submission order per cell for remote routes. Never throws.
-  virtual Sent send(Attempt attempt) = 0;
+  virtual Sent send(Attempt&& attempt) = 0;
   // Where calls go when this route breaks with the actor still alive (ActorCell::route_broken);
   // null: they wait for the next bind.
   virtual std::shared_ptr<Route> fallback() const { return nullptr; }

@@ -64,7 +64,7 @@ class FakeRoute final : public d::Route {
       : incarnation_(incarnation), local_(local), fallback_(std::move(fallback)) {}
   std::uint64_t incarnation() const override { return incarnation_; }
   bool local() const override { return local_; }
-  d::Sent send(d::Attempt a) override {
+  d::Sent send(d::Attempt&& a) override {
     seqs.push_back(a.seq);
     methods.emplace_back(a.method);
     states.push_back(a.state);
@@ -282,7 +282,7 @@ TEST_CASE("call table: an attempt that cannot be sent fails its call with the ro
    public:
     std::uint64_t incarnation() const override { return 1; }
     bool local() const override { return false; }
-    d::Sent send(d::Attempt) override {
+    d::Sent send(d::Attempt&&) override {
       return d::Sent{nullptr, {77}, troupe::Error{ErrorCode::Unavailable, "could not send tensor arguments"}};
     }
   };
@@ -302,7 +302,7 @@ TEST_CASE("call table: a reply that comes while bind is still sending the queued
     explicit Answering(std::weak_ptr<d::ActorCell> cell) : cell_(std::move(cell)) {}
     std::uint64_t incarnation() const override { return 5; }
     bool local() const override { return false; }
-    d::Sent send(d::Attempt a) override {
+    d::Sent send(d::Attempt&& a) override {
       if (auto cell = cell_.lock(); cell && (state_ = cell->take_reply(5, a.seq))) {
         state_->complete_from(troupe::encode_value(int(a.seq) * 10));
       }

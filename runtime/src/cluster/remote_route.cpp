@@ -6,7 +6,7 @@
 
 namespace troupe::cluster {
 
-detail::Sent RemoteRoute::send(detail::Attempt a) {
+detail::Sent RemoteRoute::send(detail::Attempt&& a) {
   detail::WirePayload wp;
   try {
     wp = detail::to_wire(std::move(a.args));
@@ -17,7 +17,7 @@ detail::Sent RemoteRoute::send(detail::Attempt a) {
   wc.actor_id = actor_id_;
   wc.incarnation = incarnation_;
   wc.seq = a.seq;
-  wc.method = std::string(a.method);
+  wc.method = a.method;
   wc.args = std::move(wp.bytes);
   wc.tensors = std::move(wp.tensors);
   return detail::Sent{carry(wc), std::move(wp.regions), std::nullopt};

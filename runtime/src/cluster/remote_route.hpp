@@ -24,7 +24,7 @@ class RemoteRoute : public detail::Route {
       : actor_id_(actor_id), incarnation_(incarnation), gateway_(std::move(gateway)) {}
   std::uint64_t incarnation() const override { return incarnation_; }
   bool local() const override { return false; }
-  detail::Sent send(detail::Attempt attempt) final;
+  detail::Sent send(detail::Attempt&& attempt) final;
   // Carries an encoded call; returns the route that did (this one, or its fallback).
   virtual const detail::Route* carry(detail::WireCall& call) = 0;
   // The worker process's gateway (a middleman proxy), watched for its death.
