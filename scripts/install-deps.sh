@@ -6,7 +6,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake make ccache pkg-config
-  libcaf-dev                 # actors, middleman (CAF 0.17)
+  libcaf-dev                 # in-process actors (CAF 0.17)
   libucx-dev                 # data plane (UCP/UCS)
   libmsgpack-cxx-dev         # call arguments, wire data
   libboost-dev               # Asio/Beast (header-only)
@@ -14,6 +14,7 @@ PACKAGES=(
   libopenblas0-pthread       # switches libblas.so.3 to OpenBLAS: ~30x faster matmul for libtorch
   doctest-dev                # tests
   libsqlite3-dev             # the head's store
+  libssl-dev                 # HMAC of the control plane's handshake (OpenSSL 3)
   libcli11-dev               # CLI flags
   nlohmann-json3-dev         # JSON (HTTP bodies, metrics, bench output)
   libspdlog-dev              # logs

@@ -15,7 +15,7 @@ constexpr std::array<std::string_view, 4> kKernels = {"", "BadArguments", "Unava
 constexpr std::array<std::string_view, 6> kTransport = {"", "BadDescriptor", "PeerGone", "Timeout", "Released", "Ucx"};
 constexpr std::array<std::string_view, 5> kWeights = {"", "NotFound", "Checksum", "Transfer", "Rejoin"};
 constexpr std::array<std::string_view, 2> kControl = {"", "Store"};
-constexpr std::array<std::string_view, 2> kNet = {"", "Unreachable"};
+constexpr std::array<std::string_view, 3> kNet = {"", "Unreachable", "Refused"};
 
 struct DomainInfo {
   std::string_view name;

@@ -70,6 +70,7 @@ enum class ControlCode : std::uint16_t {
 // net/: what troupe processes speak to each other.
 enum class NetCode : std::uint16_t {
   Unreachable = 1,      // the peer cannot be reached, or the exchange did not finish in time. Retry: later.
+  Refused,              // the peer refused the handshake (wrong token), or is no troupe process. Retry: never.
 };
 
 template <class E>

@@ -1,0 +1,129 @@
+// Links: the control plane between troupe processes. A link is one TCP connection between two
+// processes (Boost.Asio), authenticated at both ends by the cluster token without sending it (an
+// HMAC-SHA256 challenge-response over fresh nonces), then carrying messages both ways: a kind
+// byte and a body. Messages larger than a chunk travel as chunks that any small message may pass,
+// so a heartbeat never waits behind a big call; each side sends a heartbeat when it has been
+// silent for `heartbeat`, and a link that hears nothing for `silence_limit` is closed as frozen.
+//
+// Frames on the wire: [u32 little-endian length][u8 kind][u8 flags][body], length counting kind,
+// flags and body. flags: chunk (part of a larger message), first (its body opens with the
+// message's u64 size), last. Before the handshake ends every frame is bounded by 4 KiB; after it,
+// by kMaxChunk, and a message by kMaxMessage. Anything malformed closes that link, nothing else.
+//
+// One io thread per LinkHub runs every link's reads, accepts and timers; handlers run on it and
+// must be short. Sends are made on the sender's own thread (no hop), one frame at a time.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace troupe::net {
+
+inline constexpr std::uint32_t kMaxChunk = 256u << 10;          // a frame's body after the handshake
+inline constexpr std::uint64_t kMaxMessage = std::uint64_t(4) << 30;
+
+// Who is at the other end, as it said in the handshake (authenticated: it holds the token).
+struct PeerIdentity {
+  std::string host;               // its hostname: a pid means something only on the same host
+  std::uint32_t pid = 0;
+  std::uint64_t start_time = 0;   // /proc/<pid>/stat's starttime (clock ticks since boot): pid reuse
+  std::string role;               // "driver", "worker 7": for logs
+};
+
+// This process, as it presents itself.
+PeerIdentity self_identity(std::string role);
+// On the same host: whether the process `peer` names has exited (gone, a zombie, or its pid now
+// another process). False for a peer on another host: only its daemon or the head can tell.
+bool peer_exited(const PeerIdentity& peer);
+
+struct LinkOptions {
+  std::chrono::milliseconds heartbeat{500};         // a silent side sends a heartbeat this often
+  std::chrono::milliseconds silence_limit{3000};    // nothing heard for this long: frozen, closed
+  std::chrono::milliseconds handshake_timeout{5000};
+  std::chrono::milliseconds send_timeout{10000};    // a peer that stops reading blocks a send this long
+};
+
+class LinkHub;
+
+// Why a link ended.
+enum class LinkEnd {
+  Closed,   // closed by this side (close(), or its hub stopping)
+  Exited,   // the peer process exited: on this host, its pid was seen to end (pidfd)
+  Frozen,   // the peer fell silent for silence_limit: frozen (SIGSTOP), or cut off
+  Lost,     // EOF or an error with no exit seen: the peer may still run (another host, or it closed)
+};
+
+class Link : public std::enable_shared_from_this<Link> {
+ public:
+  // A whole message (its chunks joined), on the hub's io thread.
+  using MessageHandler = std::function<void(Link& link, char kind, std::vector<char>& body)>;
+  // Once, on the io thread, when the link ends: how and why. After an EOF from a peer on this host
+  // the hub waits up to a moment for its pid to end, so that a dead process reads as Exited.
+  using ClosedHandler = std::function<void(Link& link, LinkEnd end, const std::string& why)>;
+
+  ~Link();
+  Link(const Link&) = delete;
+  Link& operator=(const Link&) = delete;
+
+  // Sends one message (kind: any byte but the reserved heartbeat 'h'). Thread-safe; blocks until
+  // the bytes are handed to the kernel, at most send_timeout. False once the link is closed (the
+  // message was not sent) or the body exceeds kMaxMessage.
+  bool send(char kind, const std::vector<char>& body);
+  bool send(char kind, const char* data, std::size_t size);
+  // Closes the link; the closed handler runs once. Idempotent, from any thread.
+  void close(const std::string& why = "closed here");
+  bool closed() const { return closed_.load(std::memory_order_acquire); }
+  const PeerIdentity& peer() const { return peer_; }
+  const std::string& address() const { return address_; }   // the peer's "host:port"
+  // Installs the handlers (a link accepted by a hub starts without: set them before it reads).
+  void set_handlers(MessageHandler on_message, ClosedHandler on_closed);
+
+  struct Impl;   // link.cpp's
+
+ private:
+  friend class LinkHub;
+  friend struct LinkLoops;
+  explicit Link(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  PeerIdentity peer_;
+  std::string address_;
+  std::atomic<bool> closed_{false};
+};
+
+// A process's links: the io thread, a listener (optional) and the links it opened or accepted.
+class LinkHub {
+ public:
+  // Called on the io thread with each newly authenticated incoming link; it must call
+  // set_handlers before returning (the link starts reading then).
+  using AcceptHandler = std::function<void(const std::shared_ptr<Link>& link)>;
+
+  LinkHub(std::string token, PeerIdentity self, LinkOptions options = {});
+  ~LinkHub();   // stop()
+  LinkHub(const LinkHub&) = delete;
+  LinkHub& operator=(const LinkHub&) = delete;
+
+  // Listens on `bind` (an address to bind, port 0: any) and returns "host:port". Throws
+  // ErrorException(NetCode::Unreachable) if it cannot.
+  std::string listen(const std::string& bind, AcceptHandler on_accept);
+  // Connects to "host:port" and authenticates, within `timeout`. Throws
+  // ErrorException(NetCode::Unreachable) (cannot reach) or ErrorException(NetCode::Refused)
+  // (the peer does not hold this token, or is not a troupe process).
+  std::shared_ptr<Link> connect(const std::string& address, Link::MessageHandler on_message,
+                                Link::ClosedHandler on_closed, std::chrono::milliseconds timeout);
+  // Closes the listener and every link and joins the io thread. Idempotent; not from a handler.
+  void stop();
+  const PeerIdentity& self() const;
+
+  struct Impl;   // link.cpp's
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace troupe::net

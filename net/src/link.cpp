@@ -1,0 +1,768 @@
+#include <utility>   // first: Boost 1.74's awaitable.hpp uses std::exchange without including it
+
+#include "troupe/net/link.hpp"
+
+#include <boost/asio.hpp>
+#include <msgpack.hpp>
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+#include <poll.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <future>
+#include <span>
+#include <sstream>
+#include <thread>
+
+#include "troupe/error.hpp"
+#include "troupe/net/address.hpp"
+
+namespace troupe::net {
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr std::uint32_t kMaxHandshakeFrame = 4096;
+// A chunk; the first one (its body opens with the message's u64 size, so that the receiver makes
+// room once instead of growing a buffer of hundreds of megabytes on its io thread); the last one.
+constexpr std::uint8_t kChunkFlag = 1, kLastFlag = 2, kFirstFlag = 4;
+constexpr char kHeartbeat = 'h';
+// The handshake: the acceptor's challenge, the connector's proof, the acceptor's answer.
+constexpr char kChallenge = 'A', kProof = 'B', kAccepted = 'D', kRefusedFrame = 'E';
+constexpr std::size_t kNonce = 32, kTag = 32;
+
+using Tag = std::array<unsigned char, kTag>;
+using Nonce = std::array<unsigned char, kNonce>;
+using Bytes = std::span<const unsigned char>;
+
+// HMAC-SHA256 keyed once with the cluster token; each tag dups the keyed template context.
+class Hmac {
+ public:
+  explicit Hmac(const std::string& key) : mac_(EVP_MAC_fetch(nullptr, "HMAC", nullptr)) {
+    tmpl_ = mac_ != nullptr ? EVP_MAC_CTX_new(mac_) : nullptr;
+    char md[] = "SHA256";
+    OSSL_PARAM p[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, md, 0), OSSL_PARAM_construct_end()};
+    if (tmpl_ == nullptr ||
+        EVP_MAC_init(tmpl_, reinterpret_cast<const unsigned char*>(key.data()), key.size(), p) != 1) {
+      throw std::runtime_error("links: cannot set up HMAC-SHA256");
+    }
+  }
+  ~Hmac() {
+    EVP_MAC_CTX_free(tmpl_);
+    EVP_MAC_free(mac_);
+  }
+  Hmac(const Hmac&) = delete;
+  Hmac& operator=(const Hmac&) = delete;
+
+  Tag operator()(std::initializer_list<Bytes> parts) const {
+    EVP_MAC_CTX* c = EVP_MAC_CTX_dup(tmpl_);
+    bool ok = c != nullptr;
+    for (Bytes b : parts) ok = ok && EVP_MAC_update(c, b.data(), b.size()) == 1;
+    Tag t{};
+    std::size_t n = 0;
+    ok = ok && EVP_MAC_final(c, t.data(), &n, t.size()) == 1 && n == t.size();
+    EVP_MAC_CTX_free(c);
+    if (!ok) throw std::runtime_error("links: HMAC failed");
+    return t;
+  }
+
+ private:
+  EVP_MAC* mac_ = nullptr;
+  EVP_MAC_CTX* tmpl_ = nullptr;
+};
+
+Nonce fresh_nonce() {
+  Nonce n{};
+  if (RAND_bytes(n.data(), int(n.size())) != 1) throw std::runtime_error("links: no random bytes");
+  return n;
+}
+
+Bytes bytes(const std::vector<char>& v) { return {reinterpret_cast<const unsigned char*>(v.data()), v.size()}; }
+template <std::size_t N>
+Bytes bytes(const std::array<unsigned char, N>& a) { return {a.data(), a.size()}; }
+
+// A role byte in each proof, so that one side's proof offered back to it does not verify.
+const unsigned char kConnectorRole[] = {'C'}, kAcceptorRole[] = {'S'};
+
+std::vector<char> encode_identity(const PeerIdentity& id) {
+  msgpack::sbuffer buf;
+  msgpack::packer<msgpack::sbuffer> pk(buf);
+  pk.pack_array(4);
+  pk.pack(id.host);
+  pk.pack(id.pid);
+  pk.pack(id.start_time);
+  pk.pack(id.role);
+  return std::vector<char>(buf.data(), buf.data() + buf.size());
+}
+
+PeerIdentity decode_identity(const char* data, std::size_t size) {
+  std::size_t off = 0;
+  msgpack::unpack_limit limits(/*array*/ 8, /*map*/ 0, /*str*/ 1024, /*bin*/ 0, /*ext*/ 0, /*depth*/ 2);
+  auto h = msgpack::unpack(data, size, off, nullptr, nullptr, limits);
+  const auto& o = h.get();
+  if (off != size || o.type != msgpack::type::ARRAY || o.via.array.size != 4) throw std::runtime_error("bad identity");
+  PeerIdentity id;
+  o.via.array.ptr[0].convert(id.host);
+  o.via.array.ptr[1].convert(id.pid);
+  o.via.array.ptr[2].convert(id.start_time);
+  o.via.array.ptr[3].convert(id.role);
+  return id;
+}
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
+void put_header(char* h, std::uint32_t body, char kind, std::uint8_t flags) {
+  std::uint32_t n = body + 2;
+  for (int i = 0; i < 4; ++i) h[i] = char((n >> (8 * i)) & 0xFF);
+  h[4] = kind;
+  h[5] = char(flags);
+}
+
+std::uint64_t process_start_time(std::uint32_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto close = text.rfind(')');   // the command name may hold spaces and parentheses
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(text.substr(close + 2));
+  std::string field;
+  // Fields after the name: state (3), ..., starttime (22).
+  for (int i = 3; i <= 22 && rest >> field; ++i) {
+    if (i == 22) return std::stoull(field);
+  }
+  return 0;
+}
+
+char process_state(std::uint32_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto close = text.rfind(')');
+  return close == std::string::npos || close + 2 >= text.size() ? '\0' : text[close + 2];
+}
+
+std::string hostname() {
+  char buf[256] = {};
+  ::gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+}  // namespace
+
+PeerIdentity self_identity(std::string role) {
+  PeerIdentity id;
+  id.host = hostname();
+  id.pid = std::uint32_t(::getpid());
+  id.start_time = process_start_time(id.pid);
+  id.role = std::move(role);
+  return id;
+}
+
+bool peer_exited(const PeerIdentity& peer) {
+  if (peer.host != hostname() || peer.pid == 0) return false;
+  char state = process_state(peer.pid);
+  if (state == '\0' || state == 'Z' || state == 'X') return true;   // gone, or a zombie not yet reaped
+  return peer.start_time != 0 && process_start_time(peer.pid) != peer.start_time;   // the pid is reused
+}
+
+// ---- the hub ------------------------------------------------------------------------------------
+
+struct LinkHub::Impl : std::enable_shared_from_this<LinkHub::Impl> {
+  Impl(std::string token, PeerIdentity self_id, LinkOptions o)
+      : hmac(token), self(std::move(self_id)), self_bytes(encode_identity(self)), opts(o),
+        work(asio::make_work_guard(io)) {}
+
+  asio::io_context io{1};
+  Hmac hmac;
+  PeerIdentity self;
+  std::vector<char> self_bytes;
+  LinkOptions opts;
+  asio::executor_work_guard<asio::io_context::executor_type> work;
+  std::unique_ptr<tcp::acceptor> acceptor;
+  AcceptHandler on_accept;
+  std::mutex mu;
+  std::vector<std::weak_ptr<Link>> links;
+  bool stopping = false;
+  std::thread thread;
+  std::future<void> ran;   // ready once the io thread's run() has returned
+
+  void remember(const std::shared_ptr<Link>& l) {
+    std::lock_guard lk(mu);
+    std::erase_if(links, [](const std::weak_ptr<Link>& w) { return w.expired(); });
+    links.push_back(l);
+  }
+};
+
+// ---- a link -------------------------------------------------------------------------------------
+
+struct Link::Impl {
+  Impl(std::shared_ptr<LinkHub::Impl> h, tcp::socket s)
+      : hub(std::move(h)), socket(std::move(s)), timer(hub->io), fd(socket.native_handle()) {}
+
+  std::shared_ptr<LinkHub::Impl> hub;
+  tcp::socket socket;
+  asio::steady_timer timer;
+  int fd;
+  std::mutex write_mu;   // one frame at a time
+  std::mutex bulk_mu;    // one chunked message at a time (small ones pass between its chunks)
+  MessageHandler on_message;
+  ClosedHandler on_closed;
+  std::mutex close_mu;     // guards the three below, and the descriptor's shutdown and close
+  std::string close_reason;
+  bool frozen = false;
+  bool fd_open = true;     // once false, `fd` may name another file: never touched again
+  std::atomic<std::int64_t> last_sent{now_ns()}, last_heard{now_ns()};
+  int pidfd = -1;          // the peer process, when it runs on this host: readable once it ends
+
+  ~Impl() {
+    if (pidfd >= 0) ::close(pidfd);
+  }
+
+  // Writes one frame whole (sendmsg, header and body together), or gives up at the deadline.
+  // write_mu held. False on an error or the timeout: the stream is then unusable.
+  bool write_frame(char kind, std::uint8_t flags, const char* data, std::size_t size, bool wait) {
+    char header[6];
+    put_header(header, std::uint32_t(size), kind, flags);
+    iovec iov[2] = {{header, sizeof header}, {const_cast<char*>(data), size}};
+    int parts = size > 0 ? 2 : 1;
+    std::size_t left = sizeof header + size;
+    const auto deadline = Clock::now() + hub->opts.send_timeout;
+    int at = 0;
+    while (left > 0) {
+      msghdr msg{};
+      msg.msg_iov = iov + at;
+      msg.msg_iovlen = std::size_t(parts - at);
+      ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) return false;
+        if (!wait && left == sizeof header + size) return true;   // a heartbeat: skip it, nothing written
+        auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+        if (ms <= 0) return false;
+        pollfd p{fd, POLLOUT, 0};
+        ::poll(&p, 1, int(std::min<std::int64_t>(ms, 1000)));
+        continue;
+      }
+      left -= std::size_t(n);
+      while (at < parts && std::size_t(n) >= iov[at].iov_len) {
+        n -= ssize_t(iov[at].iov_len);
+        ++at;
+      }
+      if (at < parts) {
+        iov[at].iov_base = static_cast<char*>(iov[at].iov_base) + n;
+        iov[at].iov_len -= std::size_t(n);
+      }
+    }
+    last_sent.store(now_ns(), std::memory_order_relaxed);
+    return true;
+  }
+};
+
+Link::Link(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Link::~Link() {
+  boost::system::error_code ec;
+  impl_->socket.close(ec);   // a link never started (its hub stopping): nothing else holds it
+}
+
+void Link::set_handlers(MessageHandler on_message, ClosedHandler on_closed) {
+  impl_->on_message = std::move(on_message);
+  impl_->on_closed = std::move(on_closed);
+}
+
+bool Link::send(char kind, const std::vector<char>& body) { return send(kind, body.data(), body.size()); }
+
+bool Link::send(char kind, const char* data, std::size_t size) {
+  if (closed() || kind == kHeartbeat || size > kMaxMessage) return false;
+  auto& m = *impl_;
+  if (size <= kMaxChunk) {
+    std::lock_guard lk(m.write_mu);
+    if (closed()) return false;
+    if (m.write_frame(kind, 0, data, size, true)) return true;
+  } else {
+    std::lock_guard bulk(m.bulk_mu);
+    std::size_t off = 0;
+    bool ok = true;
+    while (ok && off < size) {
+      const bool first = off == 0;
+      std::size_t n = std::min<std::size_t>(kMaxChunk - (first ? 8 : 0), size - off);
+      std::uint8_t flags = kChunkFlag | (first ? kFirstFlag : 0) | (off + n == size ? kLastFlag : 0);
+      std::lock_guard lk(m.write_mu);   // per chunk: a heartbeat or a small message may go between
+      if (first) {
+        std::vector<char> head(8 + n);
+        for (int i = 0; i < 8; ++i) head[std::size_t(i)] = char((std::uint64_t(size) >> (8 * i)) & 0xFF);
+        std::memcpy(head.data() + 8, data, n);
+        ok = !closed() && m.write_frame(kind, flags, head.data(), head.size(), true);
+      } else {
+        ok = !closed() && m.write_frame(kind, flags, data + off, n, true);
+      }
+      off += n;
+    }
+    if (ok) return true;
+  }
+  close("a send failed or timed out (the peer stopped reading)");
+  return false;
+}
+
+void Link::close(const std::string& why) {
+  std::lock_guard lk(impl_->close_mu);
+  if (impl_->close_reason.empty()) impl_->close_reason = why;
+  if (closed_.exchange(true, std::memory_order_acq_rel)) return;
+  // The read loop sees the end and runs the closed handler; a send blocked on the socket returns.
+  if (impl_->fd_open) ::shutdown(impl_->fd, SHUT_RDWR);
+}
+
+namespace {
+
+asio::awaitable<bool> read_frame(tcp::socket& s, std::uint32_t max, char& kind, std::uint8_t& flags,
+                                 std::vector<char>& body) {
+  boost::system::error_code ec;
+  unsigned char h[6];
+  co_await asio::async_read(s, asio::buffer(h, sizeof h), asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) co_return false;
+  std::uint32_t n = std::uint32_t(h[0]) | std::uint32_t(h[1]) << 8 | std::uint32_t(h[2]) << 16 | std::uint32_t(h[3]) << 24;
+  if (n < 2 || n - 2 > max) co_return false;
+  kind = char(h[4]);
+  flags = h[5];
+  body.resize(n - 2);
+  if (!body.empty()) {
+    co_await asio::async_read(s, asio::buffer(body), asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) co_return false;
+  }
+  co_return true;
+}
+
+asio::awaitable<bool> write_small(tcp::socket& s, char kind, const std::vector<char>& body) {
+  std::vector<char> f(6 + body.size());
+  put_header(f.data(), std::uint32_t(body.size()), kind, 0);
+  std::copy(body.begin(), body.end(), f.begin() + 6);
+  boost::system::error_code ec;
+  co_await asio::async_write(s, asio::buffer(f), asio::redirect_error(asio::use_awaitable, ec));
+  co_return !ec;
+}
+
+// The acceptor's side. Returns the peer's identity; throws ErrorException on a refusal.
+asio::awaitable<PeerIdentity> accept_handshake(LinkHub::Impl& hub, tcp::socket& s) {
+  const Nonce ns = fresh_nonce();
+  if (!co_await write_small(s, kChallenge, std::vector<char>(ns.begin(), ns.end()))) {
+    throw ErrorException(Error{NetCode::Unreachable, "the peer went away during the handshake"});
+  }
+  char kind = 0;
+  std::uint8_t flags = 0;
+  std::vector<char> body;
+  if (!co_await read_frame(s, kMaxHandshakeFrame, kind, flags, body) || kind != kProof ||
+      body.size() <= kNonce + kTag) {
+    throw ErrorException(Error{NetCode::Refused, "no valid proof (not a troupe process?)"});
+  }
+  Nonce nc{};
+  Tag given{};
+  std::memcpy(nc.data(), body.data(), kNonce);
+  std::memcpy(given.data(), body.data() + kNonce, kTag);
+  std::vector<char> ident(body.begin() + kNonce + kTag, body.end());
+  const Tag want = hub.hmac({Bytes(kConnectorRole), bytes(ns), bytes(nc), bytes(ident)});
+  if (CRYPTO_memcmp(want.data(), given.data(), kTag) != 0) {
+    co_await write_small(s, kRefusedFrame, {});
+    throw ErrorException(Error{NetCode::Refused, "missing or wrong cluster token"});
+  }
+  PeerIdentity peer;
+  try {
+    peer = decode_identity(ident.data(), ident.size());
+  } catch (const std::exception& e) {
+    throw ErrorException(Error{NetCode::Refused, std::string("a malformed identity: ") + e.what()});
+  }
+  const Tag mine = hub.hmac({Bytes(kAcceptorRole), bytes(nc), bytes(ns), bytes(hub.self_bytes)});
+  std::vector<char> answer(mine.begin(), mine.end());
+  answer.insert(answer.end(), hub.self_bytes.begin(), hub.self_bytes.end());
+  if (!co_await write_small(s, kAccepted, answer)) {
+    throw ErrorException(Error{NetCode::Unreachable, "the peer went away during the handshake"});
+  }
+  co_return peer;
+}
+
+// The connector's side.
+asio::awaitable<PeerIdentity> connect_handshake(LinkHub::Impl& hub, tcp::socket& s) {
+  char kind = 0;
+  std::uint8_t flags = 0;
+  std::vector<char> body;
+  if (!co_await read_frame(s, kMaxHandshakeFrame, kind, flags, body) || kind != kChallenge || body.size() != kNonce) {
+    throw ErrorException(Error{NetCode::Refused, "no challenge: not a troupe link"});
+  }
+  Nonce ns{};
+  std::memcpy(ns.data(), body.data(), kNonce);
+  const Nonce nc = fresh_nonce();
+  const Tag proof = hub.hmac({Bytes(kConnectorRole), bytes(ns), bytes(nc), bytes(hub.self_bytes)});
+  std::vector<char> out(nc.begin(), nc.end());
+  out.insert(out.end(), proof.begin(), proof.end());
+  out.insert(out.end(), hub.self_bytes.begin(), hub.self_bytes.end());
+  if (!co_await write_small(s, kProof, out)) {
+    throw ErrorException(Error{NetCode::Unreachable, "the peer went away during the handshake"});
+  }
+  if (!co_await read_frame(s, kMaxHandshakeFrame, kind, flags, body)) {
+    throw ErrorException(Error{NetCode::Refused, "the peer closed the handshake"});
+  }
+  if (kind == kRefusedFrame) throw ErrorException(Error{NetCode::Refused, "refused: missing or wrong cluster token"});
+  if (kind != kAccepted || body.size() <= kTag) throw ErrorException(Error{NetCode::Refused, "a malformed answer"});
+  std::vector<char> ident(body.begin() + kTag, body.end());
+  const Tag want = hub.hmac({Bytes(kAcceptorRole), bytes(nc), bytes(ns), bytes(ident)});
+  if (CRYPTO_memcmp(want.data(), body.data(), kTag) != 0) {
+    throw ErrorException(Error{NetCode::Refused, "the peer does not hold the cluster token"});
+  }
+  try {
+    co_return decode_identity(ident.data(), ident.size());
+  } catch (const std::exception& e) {
+    throw ErrorException(Error{NetCode::Refused, std::string("a malformed identity: ") + e.what()});
+  }
+}
+
+// After an EOF: whether the peer's process has ended, waiting up to `patience` for it (a process
+// that was killed closes its sockets a moment before its pid reads as ended).
+asio::awaitable<bool> peer_ended(Link::Impl& m, std::chrono::milliseconds patience) {
+  if (m.pidfd < 0) co_return false;
+  pollfd p{m.pidfd, POLLIN, 0};
+  if (::poll(&p, 1, 0) == 1) co_return true;
+  asio::posix::stream_descriptor pd(m.hub->io, ::dup(m.pidfd));
+  asio::steady_timer limit(m.hub->io, patience);
+  bool ended = false;
+  limit.async_wait([&pd](const boost::system::error_code& e) {
+    if (!e) {
+      boost::system::error_code ignored;
+      pd.cancel(ignored);
+    }
+  });
+  boost::system::error_code ec;
+  co_await pd.async_wait(asio::posix::descriptor_base::wait_read, asio::redirect_error(asio::use_awaitable, ec));
+  ended = !ec;
+  limit.cancel();
+  co_return ended;
+}
+
+asio::awaitable<void> finish(std::shared_ptr<Link> link, Link::Impl& m, std::string why) {
+  const bool here = link->closed();   // close() was called before the read loop saw the end
+  link->close(why);   // shut down: a sender still in write_frame fails at once and lets go
+  boost::system::error_code ec;
+  m.timer.cancel();
+  std::string reason;
+  bool frozen = false;
+  {
+    std::lock_guard wk(m.write_mu);   // no send is between its closed() check and its write now
+    std::lock_guard lk(m.close_mu);
+    m.fd_open = false;
+    m.socket.close(ec);
+    reason = m.close_reason;
+    frozen = m.frozen;
+  }
+  LinkEnd end = frozen ? LinkEnd::Frozen : here ? LinkEnd::Closed : LinkEnd::Lost;
+  if (end == LinkEnd::Lost && co_await peer_ended(m, std::chrono::milliseconds(500))) {
+    end = LinkEnd::Exited;
+    reason += " (its process exited)";
+  }
+  auto handler = std::move(m.on_closed);
+  m.on_message = nullptr;
+  if (handler) handler(*link, end, reason);
+}
+
+}  // namespace
+
+// Runs on the io thread for the link's lifetime: reads messages, joins chunks, hands them over.
+struct LinkLoops {
+  static asio::awaitable<void> read(std::shared_ptr<Link> link) {
+    auto& m = *link->impl_;
+    char kind = 0;
+    std::uint8_t flags = 0;
+    std::vector<char> body, joined;
+    char joined_kind = 0;
+    bool assembling = false;
+    std::uint64_t expected = 0;
+    std::string why = "the peer closed the link";
+    while (co_await read_frame(m.socket, kMaxChunk, kind, flags, body)) {
+      m.last_heard.store(now_ns(), std::memory_order_relaxed);
+      if (kind == kHeartbeat) continue;
+      if (flags & kChunkFlag) {
+        const bool first = flags & kFirstFlag;
+        if (first != !assembling || (!first && kind != joined_kind)) { why = "chunks out of order"; break; }
+        std::size_t from = 0;
+        if (first) {
+          if (body.size() < 8) { why = "a first chunk without its size"; break; }
+          std::uint64_t total = 0;
+          for (int i = 0; i < 8; ++i) total |= std::uint64_t(std::uint8_t(body[std::size_t(i)])) << (8 * i);
+          if (total > kMaxMessage) { why = "a message over the size limit"; break; }
+          expected = total;
+          joined.clear();
+          joined.reserve(total);
+          joined_kind = kind;
+          assembling = true;
+          from = 8;
+        }
+        if (joined.size() + (body.size() - from) > expected) { why = "a message longer than it said"; break; }
+        joined.insert(joined.end(), body.begin() + std::ptrdiff_t(from), body.end());
+        if (!(flags & kLastFlag)) continue;
+        if (joined.size() != expected) { why = "a message shorter than it said"; break; }
+        assembling = false;
+        body.swap(joined);
+        std::vector<char>().swap(joined);
+      }
+      try {
+        if (m.on_message) m.on_message(*link, kind, body);
+      } catch (const std::exception& e) {   // a bad message from the peer: this link ends
+        why = std::string("a message was refused: ") + e.what();
+        break;
+      }
+      if (body.capacity() > 4 * std::size_t(kMaxChunk)) std::vector<char>().swap(body);   // a big one passed
+      if (link->closed()) break;
+    }
+    co_await finish(link, m, why);
+  }
+
+  static asio::awaitable<void> beat(std::shared_ptr<Link> link) {
+    auto& m = *link->impl_;
+    const auto& o = m.hub->opts;
+    boost::system::error_code ec;
+    while (!link->closed()) {
+      m.timer.expires_after(o.heartbeat / 2);
+      co_await m.timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      if (link->closed()) break;
+      const std::int64_t now = now_ns();
+      const auto silence = std::chrono::nanoseconds(now - m.last_heard.load(std::memory_order_relaxed));
+      if (silence > o.silence_limit) {
+        {
+          std::lock_guard lk(m.close_mu);
+          m.frozen = true;
+        }
+        link->close("the peer was silent for " + std::to_string(o.silence_limit.count()) + " ms");
+        break;
+      }
+      if (std::chrono::nanoseconds(now - m.last_sent.load(std::memory_order_relaxed)) >= o.heartbeat) {
+        std::unique_lock lk(m.write_mu, std::try_to_lock);   // busy: a frame is going out anyway
+        if (lk.owns_lock() && !m.write_frame(kHeartbeat, 0, nullptr, 0, false)) link->close("a heartbeat failed");
+      }
+    }
+  }
+
+  static void start(const std::shared_ptr<Link>& link) {
+    auto& io = link->impl_->hub->io;
+    asio::co_spawn(io, read(link), asio::detached);
+    asio::co_spawn(io, beat(link), asio::detached);
+  }
+
+  static std::shared_ptr<Link> make(const std::shared_ptr<LinkHub::Impl>& hub, tcp::socket s, PeerIdentity peer) {
+    boost::system::error_code ec;
+    s.set_option(tcp::no_delay(true), ec);
+    auto ep = s.remote_endpoint(ec);
+    auto link = std::shared_ptr<Link>(new Link(std::make_unique<Link::Impl>(hub, std::move(s))));
+    if (peer.host == hub->self.host && peer.pid != 0) {   // watch the peer's pid, if it is the one that spoke
+      int fd = int(::syscall(SYS_pidfd_open, pid_t(peer.pid), 0));
+      if (fd >= 0 && process_start_time(peer.pid) == peer.start_time) link->impl_->pidfd = fd;
+      else if (fd >= 0) ::close(fd);
+    }
+    link->peer_ = std::move(peer);
+    link->address_ = ec ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
+    return link;
+  }
+};
+
+// ---- LinkHub ------------------------------------------------------------------------------------
+
+LinkHub::LinkHub(std::string token, PeerIdentity self, LinkOptions options)
+    : impl_(std::make_shared<Impl>(std::move(token), std::move(self), options)) {
+  auto ran = std::make_shared<std::promise<void>>();
+  impl_->ran = ran->get_future();
+  impl_->thread = std::thread([impl = impl_, ran] {
+    impl->io.run();
+    ran->set_value();
+  });
+}
+
+LinkHub::~LinkHub() { stop(); }
+
+const PeerIdentity& LinkHub::self() const { return impl_->self; }
+
+namespace {
+
+asio::awaitable<void> accept_one(std::shared_ptr<LinkHub::Impl> hub, tcp::socket s) {
+  boost::system::error_code ec;
+  auto peer_ep = s.remote_endpoint(ec);
+  std::string who = ec ? "?" : peer_ep.address().to_string() + ":" + std::to_string(peer_ep.port());
+  asio::steady_timer deadline(hub->io);
+  deadline.expires_after(hub->opts.handshake_timeout);
+  deadline.async_wait([&s](const boost::system::error_code& e) {
+    if (!e) {
+      boost::system::error_code ignored;
+      s.close(ignored);   // a peer that never finishes the handshake is dropped
+    }
+  });
+  PeerIdentity peer;
+  try {
+    peer = co_await accept_handshake(*hub, s);
+  } catch (const ErrorException& e) {
+    deadline.cancel();
+    spdlog::warn("links: refused {}: {}", who, e.error().message);
+    co_return;
+  }
+  deadline.cancel();
+  if (!s.is_open()) co_return;
+  auto link = LinkLoops::make(hub, std::move(s), std::move(peer));
+  {
+    std::lock_guard lk(hub->mu);
+    if (hub->stopping) co_return;
+  }
+  hub->remember(link);
+  if (hub->on_accept) hub->on_accept(link);
+  LinkLoops::start(link);
+}
+
+asio::awaitable<void> accept_loop(std::shared_ptr<LinkHub::Impl> hub) {
+  for (;;) {
+    boost::system::error_code ec;
+    tcp::socket s = co_await hub->acceptor->async_accept(asio::redirect_error(asio::use_awaitable, ec));
+    if (ec == asio::error::operation_aborted || !hub->acceptor->is_open()) co_return;
+    if (ec) {   // out of descriptors, say: back off, keep serving (not a poll: a failure's pause)
+      asio::steady_timer pause(hub->io, std::chrono::milliseconds(50));
+      co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      continue;
+    }
+    asio::co_spawn(hub->io, accept_one(hub, std::move(s)), asio::detached);
+  }
+}
+
+}  // namespace
+
+std::string LinkHub::listen(const std::string& bind, AcceptHandler on_accept) {
+  auto& m = *impl_;
+  std::promise<std::string> result;
+  auto f = result.get_future();
+  asio::post(m.io, [&] {
+    try {
+      boost::system::error_code ec;
+      auto addr = asio::ip::make_address(bind, ec);
+      if (ec) throw ErrorException(Error{NetCode::Unreachable, "links: cannot listen on '" + bind + "': " + ec.message()});
+      auto acc = std::make_unique<tcp::acceptor>(m.io);
+      tcp::endpoint ep(addr, 0);
+      acc->open(ep.protocol(), ec);
+      if (!ec) acc->set_option(tcp::acceptor::reuse_address(true), ec);
+      if (!ec) acc->bind(ep, ec);
+      if (!ec) acc->listen(asio::socket_base::max_listen_connections, ec);
+      if (ec) throw ErrorException(Error{NetCode::Unreachable, "links: cannot listen on " + bind + ": " + ec.message()});
+      std::string address = bind + ":" + std::to_string(acc->local_endpoint().port());
+      m.acceptor = std::move(acc);
+      m.on_accept = std::move(on_accept);
+      asio::co_spawn(m.io, accept_loop(impl_), asio::detached);
+      result.set_value(address);
+    } catch (...) {
+      result.set_exception(std::current_exception());
+    }
+  });
+  return f.get();
+}
+
+std::shared_ptr<Link> LinkHub::connect(const std::string& address, Link::MessageHandler on_message,
+                                       Link::ClosedHandler on_closed, std::chrono::milliseconds timeout) {
+  std::string host;
+  std::uint16_t port = 0;
+  try {
+    std::tie(host, port) = split_address(address);
+  } catch (const std::invalid_argument& e) {
+    throw ErrorException(Error{NetCode::Unreachable, e.what()});
+  }
+  auto hub = impl_;
+  struct Attempt {
+    explicit Attempt(asio::io_context& io) : socket(io), deadline(io) {}
+    tcp::socket socket;
+    asio::steady_timer deadline;
+    std::promise<PeerIdentity> done;
+  };
+  auto at = std::make_shared<Attempt>(hub->io);
+  auto f = at->done.get_future();
+  asio::co_spawn(hub->io, [hub, at, host, port, timeout]() -> asio::awaitable<void> {
+    at->deadline.expires_after(timeout);
+    at->deadline.async_wait([at](const boost::system::error_code& e) {
+      if (!e) {
+        boost::system::error_code ignored;
+        at->socket.close(ignored);
+      }
+    });
+    try {
+      boost::system::error_code ec;
+      tcp::resolver resolver(hub->io);
+      auto found = co_await resolver.async_resolve(host, std::to_string(port), asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) throw ErrorException(Error{NetCode::Unreachable, "cannot resolve " + host + ": " + ec.message()});
+      co_await asio::async_connect(at->socket, found, asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) throw ErrorException(Error{NetCode::Unreachable, "cannot reach " + host + ":" + std::to_string(port) + ": " + ec.message()});
+      at->socket.set_option(tcp::no_delay(true), ec);
+      PeerIdentity peer = co_await connect_handshake(*hub, at->socket);
+      at->deadline.cancel();
+      if (!at->socket.is_open()) throw ErrorException(Error{NetCode::Unreachable, "the handshake timed out"});
+      at->done.set_value(std::move(peer));
+    } catch (const ErrorException& e) {
+      at->deadline.cancel();
+      Error err = e.error();
+      if (!at->socket.is_open() && err.code == NetCode::Refused) err = Error{NetCode::Unreachable, "the handshake timed out"};
+      at->done.set_exception(std::make_exception_ptr(ErrorException(err)));
+    } catch (const std::exception& e) {
+      at->deadline.cancel();
+      at->done.set_exception(std::make_exception_ptr(ErrorException(Error{NetCode::Unreachable, e.what()})));
+    }
+  }, asio::detached);
+  if (f.wait_for(timeout + std::chrono::seconds(1)) != std::future_status::ready) {
+    asio::post(hub->io, [at] {
+      boost::system::error_code ignored;
+      at->socket.close(ignored);
+    });
+    f.wait();
+  }
+  PeerIdentity peer = f.get();   // throws the attempt's ErrorException
+  // The link is made and started on the io thread, so that no read begins before its handlers exist.
+  auto made = std::make_shared<std::promise<std::shared_ptr<Link>>>();
+  auto mf = made->get_future();
+  asio::post(hub->io, [hub, at, made, address, peer = std::move(peer), on_message = std::move(on_message),
+                       on_closed = std::move(on_closed)]() mutable {
+    auto link = LinkLoops::make(hub, std::move(at->socket), std::move(peer));
+    link->address_ = address;
+    link->set_handlers(std::move(on_message), std::move(on_closed));
+    hub->remember(link);
+    LinkLoops::start(link);
+    made->set_value(link);
+  });
+  if (mf.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+    throw ErrorException(Error{NetCode::Unreachable, "links: this process is stopping its links"});
+  }
+  return mf.get();
+}
+
+void LinkHub::stop() {
+  auto& m = *impl_;
+  std::vector<std::shared_ptr<Link>> open;
+  {
+    std::lock_guard lk(m.mu);
+    if (m.stopping) return;
+    m.stopping = true;
+    for (auto& w : m.links) {
+      if (auto l = w.lock()) open.push_back(std::move(l));
+    }
+    m.links.clear();
+  }
+  asio::post(m.io, [&m] {
+    boost::system::error_code ec;
+    if (m.acceptor) m.acceptor->close(ec);
+  });
+  for (auto& l : open) l->close("this process is stopping its links");
+  open.clear();
+  m.work.reset();
+  // The read loops see their links end and return; the io thread then runs out of work. Bounded:
+  // a handler that never returns would hold it, so stop() stops waiting for it after a while.
+  if (m.ran.valid() && m.ran.wait_for(std::chrono::seconds(5)) != std::future_status::ready) m.io.stop();
+  if (m.thread.joinable()) m.thread.join();
+}
+
+}  // namespace troupe::net

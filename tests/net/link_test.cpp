@@ -1,0 +1,251 @@
+// Links between two hubs in one process, on 127.0.0.1: both ends authenticate without sending the
+// token, messages of any size arrive whole and in order, bad peers are refused without harm to
+// other links, and a silent peer is closed as frozen while an idle one stays open.
+#include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "troupe/error.hpp"
+#include "troupe/net/address.hpp"
+#include "troupe/net/link.hpp"
+
+namespace net = troupe::net;
+using namespace std::chrono_literals;
+
+namespace {
+
+// What one end received, and whether (and how) its link closed.
+struct Inbox {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::pair<char, std::vector<char>>> got;
+  bool closed = false;
+  net::LinkEnd end = net::LinkEnd::Closed;
+  std::string why;
+
+  net::Link::MessageHandler on_message() {
+    return [this](net::Link&, char kind, std::vector<char>& body) {
+      std::lock_guard lk(mu);
+      got.emplace_back(kind, std::move(body));
+      cv.notify_all();
+    };
+  }
+  net::Link::ClosedHandler on_closed() {
+    return [this](net::Link&, net::LinkEnd how, const std::string& reason) {
+      std::lock_guard lk(mu);
+      closed = true;
+      end = how;
+      why = reason;
+      cv.notify_all();
+    };
+  }
+  bool wait_messages(std::size_t n, std::chrono::milliseconds t = 10s) {
+    std::unique_lock lk(mu);
+    return cv.wait_for(lk, t, [&] { return got.size() >= n; });
+  }
+  bool wait_closed(std::chrono::milliseconds t) {
+    std::unique_lock lk(mu);
+    return cv.wait_for(lk, t, [&] { return closed; });
+  }
+};
+
+// A server hub whose accepted links land in `inbox`.
+struct Server {
+  net::LinkHub hub;
+  Inbox inbox;
+  std::string address;
+  std::vector<std::shared_ptr<net::Link>> links;
+  std::mutex mu;
+
+  explicit Server(const std::string& token, net::LinkOptions opts = {})
+      : hub(token, net::self_identity("server"), opts) {
+    address = hub.listen("127.0.0.1", [this](const std::shared_ptr<net::Link>& l) {
+      l->set_handlers(inbox.on_message(), inbox.on_closed());
+      std::lock_guard lk(mu);
+      links.push_back(l);
+    });
+  }
+};
+
+int raw_connect(const std::string& address) {
+  auto [host, port] = net::split_address(address);
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  ::inet_pton(AF_INET, host.c_str(), &a.sin_addr);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  return fd;
+}
+
+// True when the server closes `fd` within `t`.
+bool closed_by_peer(int fd, std::chrono::seconds t = 5s) {
+  timeval tv{static_cast<time_t>(t.count()), 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char buf[256];
+  for (;;) {
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n == 0) return true;
+    if (n < 0) return errno == ECONNRESET;
+  }
+}
+
+std::vector<char> pattern(std::size_t n, unsigned seed) {
+  std::vector<char> v(n);
+  std::mt19937 rng(seed);
+  for (auto& c : v) c = char(rng());
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("links: both ends prove the token, and messages of any size arrive whole and in order") {
+  Server server("secret");
+  net::LinkHub client("secret", net::self_identity("client"));
+  Inbox replies;
+  auto link = client.connect(server.address, replies.on_message(), replies.on_closed(), 5s);
+  REQUIRE(link != nullptr);
+  CHECK(link->peer().role == "server");
+  CHECK(link->peer().pid == std::uint32_t(::getpid()));
+  CHECK_FALSE(net::peer_exited(link->peer()));   // this very process
+
+  const auto big = pattern(3u << 20, 7);   // 12 chunks; small messages are sent on both sides of it
+  for (int i = 0; i < 100; ++i) REQUIRE(link->send('m', std::vector<char>{char(i)}));
+  REQUIRE(link->send('b', big));
+  for (int i = 100; i < 200; ++i) REQUIRE(link->send('m', std::vector<char>{char(i)}));
+  REQUIRE(link->send('e', std::vector<char>{}));   // empty bodies are messages too
+  REQUIRE(server.inbox.wait_messages(202));
+  {
+    std::lock_guard lk(server.inbox.mu);
+    const auto& got = server.inbox.got;
+    for (int i = 0; i < 100; ++i) CHECK(got[i] == std::make_pair('m', std::vector<char>{char(i)}));
+    CHECK(got[100].first == 'b');
+    CHECK(got[100].second == big);
+    for (int i = 100; i < 200; ++i) CHECK(got[i + 1] == std::make_pair('m', std::vector<char>{char(i)}));
+    CHECK(got[201].first == 'e');
+    CHECK(got[201].second.empty());
+  }
+
+  // And the other way, on the accepted link.
+  std::shared_ptr<net::Link> accepted;
+  {
+    std::lock_guard slk(server.mu);
+    REQUIRE(server.links.size() == 1);
+    accepted = server.links[0];
+  }
+  CHECK(accepted->peer().role == "client");
+  REQUIRE(accepted->send('r', std::vector<char>{'o', 'k'}));
+  REQUIRE(replies.wait_messages(1));
+  CHECK(replies.got[0].second == std::vector<char>{'o', 'k'});
+  link->close();
+  CHECK(server.inbox.wait_closed(5s));
+  CHECK(server.inbox.end == net::LinkEnd::Lost);   // the peer closed it, and its process runs on
+  CHECK(replies.wait_closed(5s));
+  CHECK(replies.end == net::LinkEnd::Closed);
+  CHECK_FALSE(link->send('m', std::vector<char>{1}));   // a closed link takes nothing
+}
+
+TEST_CASE("links: a wrong or missing token, random bytes and a stalled handshake are refused, and only they") {
+  net::LinkOptions quick;
+  quick.handshake_timeout = 300ms;
+  Server server("secret", quick);
+  net::LinkHub good("secret", net::self_identity("good"));
+  Inbox good_inbox;
+  auto link = good.connect(server.address, good_inbox.on_message(), good_inbox.on_closed(), 5s);
+
+  for (const char* token : {"wrong", ""}) {
+    net::LinkHub bad(token, net::self_identity("bad"));
+    Inbox ignored;
+    try {
+      (void)bad.connect(server.address, ignored.on_message(), ignored.on_closed(), 5s);
+      FAIL("a link without the cluster token was accepted");
+    } catch (const troupe::ErrorException& e) {
+      CHECK(e.code() == troupe::NetCode::Refused);
+    }
+  }
+  {   // a client that is no troupe process at all
+    Server other("another cluster's token");
+    try {
+      (void)good.connect(other.address, good_inbox.on_message(), good_inbox.on_closed(), 5s);
+      FAIL("a server with another token was trusted");
+    } catch (const troupe::ErrorException& e) {
+      CHECK(e.code() == troupe::NetCode::Refused);
+    }
+  }
+  int junk = raw_connect(server.address);
+  auto noise = pattern(4096, 3);
+  ::send(junk, noise.data(), noise.size(), MSG_NOSIGNAL);
+  CHECK(closed_by_peer(junk));
+  ::close(junk);
+  int huge = raw_connect(server.address);   // a length far beyond the handshake's bound
+  const unsigned char len[6] = {0xFF, 0xFF, 0xFF, 0x7F, 'B', 0};
+  ::send(huge, len, sizeof len, MSG_NOSIGNAL);
+  CHECK(closed_by_peer(huge));
+  ::close(huge);
+  int silent = raw_connect(server.address);   // connects, then says nothing: dropped at the timeout
+  CHECK(closed_by_peer(silent, 5s));
+  ::close(silent);
+
+  REQUIRE(link->send('m', std::vector<char>{'s', 't', 'i', 'l', 'l'}));   // the good link is untouched
+  REQUIRE(server.inbox.wait_messages(1));
+  CHECK(server.inbox.got[0].second == std::vector<char>{'s', 't', 'i', 'l', 'l'});
+  CHECK_FALSE(good_inbox.closed);
+}
+
+TEST_CASE("links: an idle link stays open on heartbeats, and a peer that falls silent is closed as frozen") {
+  std::mutex gate;   // outlives the server, whose io thread takes it
+  net::LinkOptions fast;
+  fast.heartbeat = 40ms;
+  fast.silence_limit = 300ms;
+  Server server("secret", fast);
+  net::LinkHub client("secret", net::self_identity("client"), fast);
+  Inbox inbox;
+  auto link = client.connect(server.address, inbox.on_message(), inbox.on_closed(), 5s);
+  CHECK_FALSE(inbox.wait_closed(900ms));   // three silence limits with nothing to say: still open
+  CHECK_FALSE(server.inbox.closed);
+
+  // The server's io thread stops (a handler that blocks, as a frozen process would): it neither
+  // reads nor beats, and the client closes the link as frozen.
+  std::unique_lock held(gate);
+  {
+    std::lock_guard slk(server.mu);
+    server.links[0]->set_handlers([&gate](net::Link&, char, std::vector<char>&) { std::lock_guard g(gate); },
+                                  server.inbox.on_closed());
+  }
+  REQUIRE(link->send('x', std::vector<char>{1}));
+  REQUIRE(inbox.wait_closed(5s));
+  CHECK(inbox.end == net::LinkEnd::Frozen);
+  CHECK(inbox.why.find("silent") != std::string::npos);
+  held.unlock();
+}
+
+TEST_CASE("links: a message of hundreds of megabytes does not starve the heartbeats of its link") {
+  net::LinkOptions strict;
+  strict.heartbeat = 20ms;
+  strict.silence_limit = 150ms;   // far less than the transfer takes
+  Server server("secret", strict);
+  net::LinkHub client("secret", net::self_identity("client"), strict);
+  Inbox inbox;
+  auto link = client.connect(server.address, inbox.on_message(), inbox.on_closed(), 5s);
+  const auto big = pattern(384u << 20, 11);
+  const auto t0 = std::chrono::steady_clock::now();
+  const bool sent = link->send('b', big);
+  REQUIRE(server.inbox.wait_messages(1, 60s));
+  INFO("client: " << inbox.why << "; server: " << server.inbox.why);
+  REQUIRE(sent);
+  MESSAGE("384 MiB in " << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s");
+  CHECK(server.inbox.got[0].second == big);
+  CHECK_FALSE(inbox.closed);
+  CHECK_FALSE(server.inbox.closed);
+}
