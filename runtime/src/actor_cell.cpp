@@ -55,6 +55,7 @@ void ActorCell::release(std::vector<std::uint64_t>& regions) const {
 void ActorCell::submit(const char* method, Payload args, std::shared_ptr<StateBase> call,
                        std::chrono::nanoseconds timeout) {
   if (timeout.count() <= 0) timeout = spec_.default_timeout;
+  const bool with_deadline = timeout.count() > 0 && env_.timer != nullptr;
   std::shared_ptr<Route> local;
   std::uint64_t seq = 0;
   bool is_dead = false;
@@ -68,7 +69,11 @@ void ActorCell::submit(const char* method, Payload args, std::shared_ptr<StateBa
     }
   }
   if (local) {
-    local->send(Attempt{seq, method, std::move(args), call});
+    if (!with_deadline) {   // the call is the list's and the route's now: no reference to keep here
+      local->post(method, std::move(args), std::move(call));
+      return;
+    }
+    local->post(method, std::move(args), std::shared_ptr<StateBase>(call));
   } else if (!is_dead) {
     std::lock_guard send(send_mu_);
     std::shared_ptr<Route> route;
@@ -102,7 +107,7 @@ void ActorCell::submit(const char* method, Payload args, std::shared_ptr<StateBa
     call->fail(Error{ErrorCode::ActorDied, spec_.label + " " + reason});
     return;
   }
-  if (timeout.count() > 0 && env_.timer != nullptr) {
+  if (with_deadline) {
     // Scheduled after linking: a timer that fires before the key is stored finds the call
     // linked and fails it; one that fires after completion finds it unlinked and does nothing.
     auto key = schedule_deadline(call, method, timeout);

@@ -138,8 +138,12 @@ caf::actor spawn_host(caf::actor_system& sys, bool detached, std::shared_ptr<Act
 }
 
 Sent LocalRoute::send(Attempt&& a) {
-  caf::anon_send(host_, CallMsg{std::move(a.state), std::string(a.method), std::move(a.args)});
+  post(a.method, std::move(a.args), std::move(a.state));
   return Sent{this, {}, {}};
+}
+
+void LocalRoute::post(const char* method, Payload&& args, std::shared_ptr<StateBase>&& state) {
+  caf::anon_send(host_, CallMsg{std::move(state), method, std::move(args)});
 }
 
 void LocalRoute::stop() { caf::anon_send_exit(host_, caf::exit_reason::kill); }

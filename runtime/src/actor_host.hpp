@@ -66,6 +66,7 @@ class LocalRoute final : public Route {
   std::uint64_t incarnation() const override { return 0; }
   bool local() const override { return true; }
   Sent send(Attempt&& attempt) override;
+  void post(const char* method, Payload&& args, std::shared_ptr<StateBase>&& state) override;
   void stop() override;   // the host exits; its running call finishes first
   const caf::actor& host() const { return host_; }
 

@@ -43,6 +43,11 @@ class Route {
   virtual bool local() const = 0;
   // Delivers the attempt. Called in submission order per cell for remote routes. Never throws.
   virtual Sent send(Attempt&& attempt) = 0;
+  // Local routes: hands a call over with nothing to record (no regions, no failure to report):
+  // the table's fast path, a call to an actor of this process. send() by default.
+  virtual void post(const char* method, Payload&& args, std::shared_ptr<StateBase>&& state) {
+    (void)send(Attempt{0, method, std::move(args), std::move(state)});
+  }
   // Where calls go when this route breaks with the actor still alive (ActorCell::route_broken);
   // null: they wait for the next bind.
   virtual std::shared_ptr<Route> fallback() const { return nullptr; }
