@@ -1,51 +1,22 @@
 #include "troupe/net/frames.hpp"
 
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-
 #include <msgpack.hpp>
 
 #include <algorithm>
-#include <cerrno>
 #include <stdexcept>
 
 namespace troupe::net {
 namespace {
 
-bool read_exact(int fd, char* p, std::size_t n) {
-  while (n > 0) {
-    ssize_t r = ::recv(fd, p, n, 0);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;   // EOF, error, or a receive timeout
-    p += r;
-    n -= std::size_t(r);
-  }
-  return true;
-}
+constexpr std::size_t kMaxBody = std::size_t(0xFFFFFFFFu);
 
-// A frame whose first 5 bytes are reserved for the header; fills them in.
-void seal(std::vector<char>& frame, char kind) {
-  if (frame.size() - 4 > kMaxFrame) throw std::length_error("frame too large");
-  std::uint32_t n = std::uint32_t(frame.size() - 4);
-  for (int i = 0; i < 4; ++i) frame[i] = char((n >> (8 * i)) & 0xFF);
-  frame[4] = kind;
-}
-
-void set_timeout(int fd, int option, std::chrono::milliseconds t) {
-  timeval tv{};
-  tv.tv_sec = t.count() / 1000;
-  tv.tv_usec = (t.count() % 1000) * 1000;
-  ::setsockopt(fd, SOL_SOCKET, option, &tv, sizeof tv);
-}
-
-struct FrameBuffer {   // msgpack's write target: appends to a frame after its reserved header
-  std::vector<char> bytes = std::vector<char>(5);
+struct FrameBuffer {   // msgpack's write target
+  std::vector<char> bytes;
   void write(const char* p, std::size_t n) { bytes.insert(bytes.end(), p, p + n); }
 };
 
 void pack_bytes(msgpack::packer<FrameBuffer>& pk, const std::vector<char>& b) {
+  if (b.size() > kMaxBody) throw std::length_error("a field over 4 GiB");
   pk.pack_bin(std::uint32_t(b.size()));
   pk.pack_bin_body(b.data(), std::uint32_t(b.size()));
 }
@@ -124,7 +95,7 @@ std::vector<char> encode_call(const CallFrame& c) {
   pk.pack(c.method);
   pack_bytes(pk, c.args);
   pack_byte_lists(pk, c.tensors);
-  seal(buf.bytes, kCallFrame);
+  if (buf.bytes.size() > kMaxBody) throw std::length_error("a call over 4 GiB");
   return std::move(buf.bytes);
 }
 
@@ -153,7 +124,7 @@ std::vector<char> encode_reply(const ReplyFrame& r) {
   pk.pack(r.error);
   pack_bytes(pk, r.result);
   pack_byte_lists(pk, r.tensors);
-  seal(buf.bytes, kReplyFrame);
+  if (buf.bytes.size() > kMaxBody) throw std::length_error("a reply over 4 GiB");
   return std::move(buf.bytes);
 }
 
@@ -171,43 +142,5 @@ ReplyFrame decode_reply(const char* data, std::size_t size) {
   r.tensors = byte_lists_of(f[7]);
   return r;
 }
-
-std::vector<char> small_frame(char kind, const std::string& body) {
-  std::vector<char> f(5 + body.size());
-  std::copy(body.begin(), body.end(), f.begin() + 5);
-  seal(f, kind);
-  return f;
-}
-
-bool write_all(int fd, const char* p, std::size_t n) {
-  while (n > 0) {
-    ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    p += w;
-    n -= std::size_t(w);
-  }
-  return true;
-}
-
-bool read_frame(int fd, std::uint32_t max, char& kind, std::vector<char>& body) {
-  unsigned char len[4];
-  if (!read_exact(fd, reinterpret_cast<char*>(len), 4)) return false;
-  std::uint32_t n = std::uint32_t(len[0]) | std::uint32_t(len[1]) << 8 | std::uint32_t(len[2]) << 16 |
-                    std::uint32_t(len[3]) << 24;
-  if (n == 0 || n > max) return false;
-  body.resize(n - 1);
-  return read_exact(fd, &kind, 1) && read_exact(fd, body.data(), body.size());
-}
-
-void set_nodelay(int fd) {
-  int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-}
-
-void set_recv_timeout(int fd, std::chrono::milliseconds t) { set_timeout(fd, SO_RCVTIMEO, t); }
-void set_send_timeout(int fd, std::chrono::milliseconds t) { set_timeout(fd, SO_SNDTIMEO, t); }
 
 }  // namespace troupe::net

@@ -118,7 +118,8 @@ void ActorCell::submit(const char* method, Payload args, std::shared_ptr<StateBa
 
 void ActorCell::deliver(Route& route, Pending p) {
   std::shared_ptr<StateBase> call = p.state;
-  Sent sent = route.send(Attempt{p.seq, p.method.c_str(), std::move(p.args), std::move(p.state)});
+  Attempt attempt{p.seq, p.method.c_str(), std::move(p.args), std::move(p.state)};
+  Sent sent = route.send(std::move(attempt));
   if (sent.error) {
     release(sent.regions);
     if (auto s = take(*call)) s->fail(std::move(*sent.error));
@@ -131,6 +132,7 @@ void ActorCell::deliver(Route& route, Pending p) {
     if (rec != nullptr && rec->via == &route) {   // still this attempt (a reply may have come first)
       rec->via = sent.via;
       rec->regions = std::move(sent.regions);
+      if (sent.via == nullptr) rec->args = std::move(attempt.args);   // unsent: kept for the next bind
     }
   }
   release(sent.regions);   // the call was answered already: the callee is done with them

@@ -61,7 +61,6 @@ void run_remote(Host* self, ActorCell& cell, WireCall& wc, ReplySink& sink) {
   reply.actor_id = wc.actor_id;
   reply.incarnation = wc.incarnation;
   reply.seq = wc.seq;
-  reply.gateway = self->state.ctx.gateway;
   const auto& ctx = self->state.ctx;
   if (ctx.token.empty() || !net::token_matches(wc.token, ctx.token)) {
     reply.set_error(Error{ErrorCode::Unavailable, "refused: missing or wrong cluster token"});
@@ -74,7 +73,7 @@ void run_remote(Host* self, ActorCell& cell, WireCall& wc, ReplySink& sink) {
       Payload args = from_wire(std::move(wc.args), wc.tensors, ctx.fetch_timeout);
       auto r = invoke(self, cell.label(), wc.method, args);
       if (r.ok()) {
-        WirePayload out = to_wire(std::move(r).value());
+        WirePayload out = to_wire(r.value());
         reply.result = std::move(out.bytes);
         reply.tensors = std::move(out.tensors);
       } else {
@@ -90,18 +89,6 @@ void run_remote(Host* self, ActorCell& cell, WireCall& wc, ReplySink& sink) {
   }
   sink.reply(reply);
 }
-
-// Replies of middleman calls go to the caller's router.
-class RouterSink final : public ReplySink {
- public:
-  explicit RouterSink(caf::actor router) : router_(std::move(router)) {}
-  void reply(const WireReply& r) override {
-    if (router_) caf::anon_send(router_, r);
-  }
-
- private:
-  caf::actor router_;
-};
 
 caf::behavior host(Host* self, std::shared_ptr<ActorCell> cell, const ActorTypeInfo* type, Factory factory,
                    Payload ctor_args, HostContext ctx) {
@@ -119,10 +106,6 @@ caf::behavior host(Host* self, std::shared_ptr<ActorCell> cell, const ActorTypeI
   cell->set_ready();
   return {
       [self, cell](const CallMsg& m) { run_local(self, *cell, m); },
-      [self, cell](WireCall& wc) {
-        RouterSink sink(wc.reply_to);
-        run_remote(self, *cell, wc, sink);
-      },
       [self, cell](ChannelCall& cc) { run_remote(self, *cell, cc.call, *cc.sink); },
   };
 }

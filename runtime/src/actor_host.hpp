@@ -1,7 +1,6 @@
 // The host: the CAF actor that owns one user object and runs its calls, one at a time, in order.
 // Local calls (CallMsg, tensors as views) arrive by LocalRoute and complete through the cell;
-// calls from other processes (a call channel's ChannelCall, or a WireCall through the middleman)
-// are answered on a ReplySink. Either way the method's outcome is one Result: a value, or the Error
+// calls from other processes (a link's ChannelCall) are answered on its ReplySink. Either way the method's outcome is one Result: a value, or the Error
 // it failed with, intact (troupe::ErrorException), or MethodFailed for any other exception.
 #pragma once
 
@@ -27,14 +26,14 @@ struct CallMsg {
   Payload args;
 };
 
-// Where a host sends the reply of a call from another process.
+// Where a host sends the reply of a call from another process (its link, cluster/peers.cpp).
 class ReplySink {
  public:
   virtual ~ReplySink() = default;
   virtual void reply(const WireReply& r) = 0;
 };
 
-// A call from a call channel, as its host receives it (a local CAF message, never serialised).
+// A call from another process, as its host receives it (a local CAF message, never serialised).
 struct ChannelCall {
   WireCall call;
   std::shared_ptr<ReplySink> sink;
@@ -48,9 +47,8 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::detail::ChannelCall)
 namespace troupe::detail {
 
 struct HostContext {
-  caf::actor gateway;                              // set in worker processes
-  std::uint64_t incarnation = 0;
-  std::string token;                               // middleman calls must carry it (SEC-1)
+  std::uint64_t incarnation = 0;                   // in worker processes: the head's
+  std::string token;                               // remote calls must carry it (SEC-1)
   std::chrono::milliseconds fetch_timeout{60000};  // pulling a remote call's tensor arguments
 };
 

@@ -72,11 +72,6 @@ RuntimeConfig RuntimeConfig::from_env() {
   if (const char* v = std::getenv("TROUPE_TOKEN_FILE")) c.token = read_token_file("TROUPE_TOKEN_FILE", v);
   if (const char* v = std::getenv("TROUPE_TOKEN")) c.token = v;
   if (const char* v = std::getenv("TROUPE_TMPDIR")) c.session_root = v;
-  if (const char* v = std::getenv("TROUPE_CALL_CHANNEL")) {
-    std::string s = v;
-    if (s != "0" && s != "1") throw std::invalid_argument("TROUPE_CALL_CHANNEL: '" + s + "' is not 0 or 1");
-    c.call_channel = s == "1";
-  }
   return c;
 }
 

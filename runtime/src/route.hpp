@@ -27,7 +27,10 @@ struct Attempt {
 
 // What became of an attempt.
 struct Sent {
-  const Route* via = nullptr;           // the route that carried it (one may pass it to its fallback)
+  // The route that carried it (one may pass it to its fallback). Null without an error: it could
+  // not be sent now (the route is ending) and the route left attempt.args as it got them; the
+  // table keeps the call for the next bind.
+  const Route* via = nullptr;
   std::vector<std::uint64_t> regions;   // data-plane regions exposed for it: released when it ends
   std::optional<Error> error;           // it cannot be sent at all (e.g. its tensors): fail the call
 };
@@ -42,6 +45,7 @@ class Route {
   // (incarnation, seq) through ActorCell::take_reply.
   virtual bool local() const = 0;
   // Delivers the attempt. Called in submission order per cell for remote routes. Never throws.
+  // Takes attempt.args only when it sends (or fails) the call.
   virtual Sent send(Attempt&& attempt) = 0;
   // Local routes: hands a call over with nothing to record (no regions, no failure to report):
   // the table's fast path, a call to an actor of this process. send() by default.

@@ -1,13 +1,13 @@
 #include "runtime_impl.hpp"
 
 #include <caf/all.hpp>
-#include <caf/io/all.hpp>
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
 #include <stdexcept>
 #include <thread>
 
+#include "cluster/peers.hpp"
 #include "cluster/wire.hpp"
 #include "troupe/embedded_cluster.hpp"
 #include "troupe/ids.hpp"
@@ -40,14 +40,10 @@ caf::actor_system_config& RuntimeImpl::configure(caf::actor_system_config& cfg, 
   unsigned threads = rc.threads > 0 ? unsigned(rc.threads) : std::max(1u, std::thread::hardware_concurrency());
   cfg.set("scheduler.max-threads", threads);
   // Idle scheduler threads go from a short spin straight to a condition variable (woken at once
-  // by new work) instead of polling every 50 us: replies that hop through a scheduled actor (the
-  // router) then wait microseconds, not a poll period, and an idle process burns no core.
+  // by new work) instead of polling every 50 us: work for a scheduled actor then waits
+  // microseconds, not a poll period, and an idle process burns no core. CAF is this process's
+  // actor system only: no middleman, no port (other processes are reached by links, Peers).
   cfg.set("work-stealing.moderate-poll-attempts", std::size_t{0});
-  cfg.load<caf::io::middleman>();
-  // A frozen peer keeps its socket open: only heartbeats reveal it (cookbook: caf.md).
-  cfg.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(500)});
-  cfg.set("middleman.connection-timeout", caf::timespan{std::chrono::seconds(3)});
-  add_wire_types(cfg);
   return cfg;
 }
 
@@ -128,6 +124,12 @@ void RuntimeImpl::forget(std::uint64_t id) {
   cells_.erase(id);
 }
 
+cluster::Peers& RuntimeImpl::peers(const std::string& token, const std::string& role) {
+  std::lock_guard lk(peers_mu_);
+  if (!peers_) peers_ = std::make_unique<cluster::Peers>(*this, token, role);
+  return *peers_;
+}
+
 cluster::ClusterClient& RuntimeImpl::cluster() {
   std::lock_guard lk(cluster_mu_);
   if (client_) return *client_;
@@ -151,7 +153,8 @@ cluster::ClusterClient& RuntimeImpl::cluster() {
     }
     head = {embedded_->host(), embedded_->port(), embedded_->token()};
   }
-  client_ = std::make_unique<cluster::ClusterClient>(*this, *system_, head, &timer_, config_.remote_call_timeout);
+  client_ = std::make_unique<cluster::ClusterClient>(*this, peers(head.token, "driver"), head, &timer_,
+                                                    config_.remote_call_timeout);
   return *client_;
 }
 
@@ -171,6 +174,10 @@ void RuntimeImpl::shutdown() {
   for (auto& [id, cell] : cells) cell->mark_dead("stopped: the runtime shut down");
   timer_.stop();
   client_.reset();
+  {
+    std::lock_guard lk(peers_mu_);
+    if (peers_) peers_->stop();   // closes every link; no reply completes a cell after this
+  }
   system_.reset();   // joins every actor and scheduler thread; running calls finish first
   embedded_.reset();
 }

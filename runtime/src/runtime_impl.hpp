@@ -18,6 +18,10 @@
 #include "troupe/embedded_cluster.hpp"
 #include "troupe/runtime.hpp"
 
+namespace troupe::cluster {
+class Peers;
+}
+
 namespace troupe::detail {
 
 class RuntimeImpl {
@@ -42,6 +46,9 @@ class RuntimeImpl {
 
   const RuntimeConfig& config() const { return config_; }
   cluster::ClusterClient& cluster();   // connects (or starts the embedded cluster) on first use
+  // This process's links to others, made on first use with the cluster token (a worker's first,
+  // to listen; a driver's when it first needs the cluster). Later calls return the same one.
+  cluster::Peers& peers(const std::string& token, const std::string& role = "");
   caf::actor_system& system() { return *system_; }
 
  private:
@@ -60,6 +67,8 @@ class RuntimeImpl {
   std::mutex cluster_mu_;
   std::unique_ptr<EmbeddedCluster> embedded_;
   std::unique_ptr<cluster::ClusterClient> client_;
+  std::mutex peers_mu_;
+  std::unique_ptr<cluster::Peers> peers_;
 };
 
 }  // namespace troupe::detail

@@ -61,14 +61,13 @@ TEST_CASE("actors on two daemons answer the driver and each other, and move 256 
   CHECK(fnv1a(t.data, t.nbytes()) == b.call(&Store::checksum_of_last).get());
 }
 
-TEST_CASE("with the call channel off, calls go through the middleman and behave the same") {
+TEST_CASE("calls in flight together over a link are answered in submission order, worker to worker too") {
   itest::Cluster cluster;
   cluster.add_node("CPU=2");
   troupe::RuntimeConfig cfg;
   cfg.address = cluster.address();
   cfg.token = cluster.token();
   cfg.remote_call_timeout = 60s;
-  cfg.call_channel = false;
   auto rt = troupe::Runtime::create(cfg);
   auto a = rt.spawn<Store>(troupe::Options{}.name("a").process(true), 10);
   auto b = rt.spawn<Store>(troupe::Options{}.name("b").process(true), 100);

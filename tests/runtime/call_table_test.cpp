@@ -68,6 +68,7 @@ class FakeRoute final : public d::Route {
     seqs.push_back(a.seq);
     methods.emplace_back(a.method);
     states.push_back(a.state);
+    args.push_back(std::move(a.args));
     if (local_) return d::Sent{this, {}, {}};
     return d::Sent{this, {next_region++}, {}};
   }
@@ -77,6 +78,7 @@ class FakeRoute final : public d::Route {
   std::vector<std::uint64_t> seqs;
   std::vector<std::string> methods;
   std::vector<std::shared_ptr<d::StateBase>> states;
+  std::vector<troupe::Payload> args;
   std::uint64_t next_region = 1;
   int stops = 0;
 
@@ -319,4 +321,25 @@ TEST_CASE("call table: a reply that comes while bind is still sending the queued
   REQUIRE(a.ready());
   CHECK(a.get() == 10);
   CHECK(b.get() == 20);
+}
+
+TEST_CASE("call table: an attempt its route could not send is kept, arguments and all, for the next bind") {
+  class Ending final : public d::Route {   // a route whose link has just ended
+   public:
+    std::uint64_t incarnation() const override { return 1; }
+    bool local() const override { return false; }
+    d::Sent send(d::Attempt&&) override { return d::Sent{nullptr, {}, {}}; }   // args left untouched
+  };
+  Table t(0);   // no retries: the table keeps no copy of a sent call's arguments of its own
+  t.cell->bind(std::make_shared<Ending>());
+  auto f = t.call();
+  CHECK_FALSE(f.ready());
+  t.cell->unbind(1, "its link ended");   // never sent: not a lost attempt, nothing fails
+  CHECK_FALSE(f.ready());
+  auto next = std::make_shared<FakeRoute>(2);
+  t.cell->bind(next);
+  REQUIRE(next->seqs == std::vector<std::uint64_t>{1});
+  CHECK(next->args[0].bytes == troupe::encode_args(1).bytes);   // the arguments it was made with
+  REQUIRE(t.reply(2, 1, 7));
+  CHECK(f.get() == 7);
 }

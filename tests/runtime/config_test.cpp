@@ -18,17 +18,17 @@ TEST_CASE("flags override the environment and leave other arguments alone") {
 TEST_CASE("TROUPE_* variables configure the runtime") {
   setenv("TROUPE_THREADS", "2", 1);
   setenv("TROUPE_CALL_TIMEOUT_MS", "1500", 1);
-  CHECK(troupe::RuntimeConfig::from_env().call_channel);
-  setenv("TROUPE_CALL_CHANNEL", "0", 1);
+  CHECK(troupe::RuntimeConfig::from_env().remote_call_timeout.count() == 120000);
+  setenv("TROUPE_REMOTE_CALL_TIMEOUT_MS", "5000", 1);
   auto c = troupe::RuntimeConfig::from_env();
   CHECK(c.threads == 2);
   CHECK(c.call_timeout.count() == 1500);
-  CHECK_FALSE(c.call_channel);
-  setenv("TROUPE_CALL_CHANNEL", "off", 1);
+  CHECK(c.remote_call_timeout.count() == 5000);
+  setenv("TROUPE_REMOTE_CALL_TIMEOUT_MS", "0", 1);   // never infinite (FT-1): refused
   CHECK_THROWS_AS(troupe::RuntimeConfig::from_env(), std::invalid_argument);
   unsetenv("TROUPE_THREADS");
   unsetenv("TROUPE_CALL_TIMEOUT_MS");
-  unsetenv("TROUPE_CALL_CHANNEL");
+  unsetenv("TROUPE_REMOTE_CALL_TIMEOUT_MS");
 }
 
 TEST_CASE("bad values are rejected with a message naming the flag or variable") {

@@ -31,9 +31,6 @@ struct RuntimeConfig {
   // Empty with an address: the token file of this machine's latest session.
   std::string token;
   std::string session_root = "/tmp/troupe";   // TROUPE_TMPDIR: where session directories go
-  // TROUPE_CALL_CHANNEL=0: calls to worker-process actors go through CAF's middleman only, not
-  // over the direct call channel (slower; for comparison and as the fallback's test).
-  bool call_channel = true;
 
   // Reads the TROUPE_* environment. Throws std::invalid_argument naming the bad variable.
   static RuntimeConfig from_env();

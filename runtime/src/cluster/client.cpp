@@ -1,36 +1,24 @@
 #include "cluster/client.hpp"
 
-#include <caf/all.hpp>
-#include <caf/io/all.hpp>
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
 
-#include "troupe/net/hex.hpp"
-#include "troupe/net/http.hpp"
+#include "cluster/peers.hpp"
 #include "cluster/remote_route.hpp"
 #include "runtime_impl.hpp"
-#include "troupe/net/address.hpp"
+#include "troupe/net/hex.hpp"
+#include "troupe/net/http.hpp"
 
 namespace troupe::cluster {
 namespace {
 
 using json = nlohmann::json;
-using monitor_atom = caf::atom_constant<caf::atom("tr_mon")>;
-// How long calls of a broken call channel wait for the worker's death notice (the gateway's
-// monitor, or the head's directory: seconds under load) before being treated as calls to a live
-// worker. Generous: failing a dead worker's call with Unavailable instead of ActorDied misleads.
-constexpr auto kChannelGrace = std::chrono::seconds(10);
-
-caf::behavior router(caf::event_based_actor* self, ClusterClient* client, detail::RuntimeImpl* rt) {
-  self->set_down_handler([client](caf::down_msg& dm) { client->on_gateway_down(dm.source); });
-  return {
-      [rt](const detail::WireReply& r) {
-        if (auto cell = rt->find(r.actor_id)) deliver_reply(*cell, r);
-      },
-      [self](monitor_atom, const caf::actor& gateway) { self->monitor(gateway); },
-  };
-}
+// How long calls on a link that ended with its peer perhaps alive (an EOF from another host, or a
+// process that closed it) wait for the head to say the worker died, before being treated as calls
+// to a live worker. Generous: failing a dead worker's call with Unavailable instead of ActorDied
+// misleads. (A peer on this host whose pid ended, or one that fell silent, is dead at once.)
+constexpr auto kLinkGrace = std::chrono::seconds(10);
 
 std::string self_binary() {
   std::error_code ec;
@@ -40,10 +28,10 @@ std::string self_binary() {
 
 }  // namespace
 
-ClusterClient::ClusterClient(detail::RuntimeImpl& rt, caf::actor_system& sys, HeadEndpoint head,
-                             detail::Timer* timer, std::chrono::milliseconds call_timeout)
-    : rt_(rt), sys_(sys), head_(std::move(head)), timer_(timer), call_timeout_(call_timeout) {
-  router_ = sys_.spawn(router, this, &rt_);
+ClusterClient::ClusterClient(detail::RuntimeImpl& rt, Peers& peers, HeadEndpoint head, detail::Timer* timer,
+                             std::chrono::milliseconds call_timeout)
+    : rt_(rt), peers_(peers), head_(std::move(head)), timer_(timer), call_timeout_(call_timeout) {
+  peers_.on_loss([this](const net::Link& link, net::LinkEnd end, const std::string& why) { on_link_lost(link, end, why); });
   watcher_ = std::thread([this] { watch_loop(); });
 }
 
@@ -140,22 +128,7 @@ void ClusterClient::stop(bool keep_actors) {
     }
   }
   if (watcher_.joinable()) watcher_.join();
-  {   // the router calls back into this object: it must be gone before this object is
-    caf::scoped_actor self{sys_};
-    self->send_exit(router_, caf::exit_reason::user_shutdown);
-    self->wait_for(router_);
-  }
-  std::map<std::string, std::shared_ptr<CallChannel>> channels;
-  std::vector<std::shared_ptr<CallChannel>> retired;
-  {
-    std::lock_guard lk(mu_);
-    gateways_.clear();
-    channels.swap(channels_);
-    retired.swap(retired_);
-  }
-  // Joins every reader this client ever started: none calls back into it after this.
-  for (auto& [address, ch] : channels) ch->close();
-  for (auto& ch : retired) ch->close();
+  peers_.on_loss(nullptr);   // the links stay the runtime's (Peers): it closes them when it stops
 }
 
 void ClusterClient::watch_loop() {
@@ -185,7 +158,7 @@ void ClusterClient::apply(const json& a) {
   std::string state = a.value("state", "");
   auto incarnation = a.value("incarnation", std::uint64_t{0});
   auto route = cell->route();
-  const auto* bound = dynamic_cast<const RemoteRoute*>(route.get());
+  const auto* bound = dynamic_cast<const LinkRoute*>(route.get());
   if (state == "dead") {
     std::string reason = a.value("reason", "");
     cell->mark_dead(reason.empty() ? "died" : reason);
@@ -196,144 +169,51 @@ void ClusterClient::apply(const json& a) {
     cell->unbind(bound->incarnation(), "was restarted: " + a.value("reason", std::string("its process died")));
   }
   if (state != "alive" || (bound && bound->incarnation() == incarnation)) return;
-  std::string gateway = a.value("gateway", "");
-  if (gateway.empty()) return;
-  caf::actor gw = connect(gateway);
-  if (!gw) return;
-  // Calls go straight to the actor's host (one hop less than through the gateway).
-  caf::actor host;
-  caf::scoped_actor self{sys_};
-  self->request(gw, std::chrono::seconds(5), detail::host_atom::value, head_.token, id, incarnation)
-      .receive([&](const caf::actor& h) { host = h; },
-               [&](const caf::error& e) { spdlog::debug("host of {}: {}", id, sys_.render(e)); });
-  if (!host) return;
-  auto middleman = std::make_shared<MiddlemanRoute>(id, incarnation, gw, host, head_.token, router_);
-  std::shared_ptr<detail::Route> next = middleman;
-  if (auto ch = channel(gateway, gw)) next = std::make_shared<ChannelRoute>(id, incarnation, std::move(ch), middleman);
-  cell->bind(std::move(next));
+  std::string address = a.value("gateway", "");   // the worker's link address
+  if (address.empty()) return;
+  auto link = peers_.link_to(address);
+  if (!link) return;   // unreachable now: the next look at the directory tries again
+  cell->bind(std::make_shared<LinkRoute>(id, incarnation, std::move(link)));
   cell->set_ready();
 }
 
-std::shared_ptr<CallChannel> ClusterClient::channel(const std::string& address, const caf::actor& gateway) {
-  {
-    std::lock_guard lk(mu_);
-    if (stopping_ || !rt_.config().call_channel) return nullptr;
-    if (auto it = channels_.find(address); it != channels_.end() && !it->second->broken()) return it->second;
-  }
-  std::string calls;
-  caf::scoped_actor self{sys_};
-  self->request(gateway, std::chrono::seconds(5), detail::calls_atom::value, head_.token)
-      .receive([&](const std::string& a) { calls = a; },
-               [&](const caf::error& e) { spdlog::debug("call channel of {}: {}", address, sys_.render(e)); });
-  if (calls.empty()) return nullptr;
-  // Replies complete their cells on the channel's reader thread; release notices for result
-  // tensors still go to the gateway.
-  auto ch = CallChannel::open(
-      calls, head_.token,
-      [rt = &rt_, gateway](detail::WireReply& r) {
-        r.gateway = gateway;
-        if (auto cell = rt->find(r.actor_id)) deliver_reply(*cell, r);
-      },
-      [this, address](const CallChannel* ch, bool closed_here) { on_channel_broken(address, ch, closed_here); },
-      std::chrono::seconds(5));
-  if (!ch) return nullptr;
-  std::shared_ptr<CallChannel> unused;   // closed outside the lock: its reader may call back
-  {
-    std::lock_guard lk(mu_);
-    auto found = channels_.find(address);
-    if (stopping_) {
-      unused = std::exchange(ch, nullptr);
-    } else if (found != channels_.end() && !found->second->broken()) {
-      // Another thread (the watcher, a host attaching a handle) opened one meanwhile: keep that
-      // one, which may carry calls already, and close ours, which carries none. A channel is
-      // never closed while it may still owe replies.
-      unused = std::exchange(ch, found->second);
-    } else if (found != channels_.end()) {
-      retired_.push_back(std::exchange(found->second, ch));   // its reader is ending: stop() joins it
-    } else {
-      channels_.emplace(address, ch);
-    }
-  }
-  // Every channel's reader ends before this client does: in the map, retired, or closed here.
-  if (unused) unused->close();
-  return ch;
-}
-
-caf::actor ClusterClient::connect(const std::string& address) {
-  {
-    std::lock_guard lk(mu_);
-    if (auto it = gateways_.find(address); it != gateways_.end()) return it->second;
-  }
-  auto [host, port] = net::split_address(address);
-  auto gw = sys_.middleman().remote_actor(host, port);
-  if (!gw) {
-    spdlog::debug("cannot connect to gateway {}: {}", address, sys_.render(gw.error()));
-    return {};
-  }
-  caf::anon_send(router_, monitor_atom::value, *gw);
-  std::lock_guard lk(mu_);
-  gateways_[address] = *gw;
-  return *gw;
-}
-
-void ClusterClient::on_channel_broken(const std::string& address, const CallChannel* broken, bool closed_here) {
-  if (closed_here) return;   // closed by this client (stop, a dead worker, a spare): handled there
-  std::shared_ptr<CallChannel> ch;
+void ClusterClient::on_link_lost(const net::Link& link, net::LinkEnd end, const std::string& why) {
+  if (end == net::LinkEnd::Closed) return;   // closed here: stopping, or a spare
+  std::vector<std::pair<std::shared_ptr<detail::ActorCell>, std::uint64_t>> lost;
   std::vector<std::weak_ptr<detail::ActorCell>> bound;
   {
     std::lock_guard lk(mu_);
     if (stopping_) return;
-    if (auto it = channels_.find(address); it != channels_.end() && it->second.get() == broken) {
-      ch = it->second;   // the next binding opens a new one; new calls fall back at once
-      retired_.push_back(std::move(it->second));   // joined by stop()
-      channels_.erase(it);
-    } else {   // replaced already (retired)
-      for (const auto& r : retired_) {
-        if (r.get() == broken) ch = r;
-      }
-    }
-    if (!ch) return;
-    for (auto& [id, weak] : cells_) bound.push_back(weak);
-  }
-  spdlog::info("call channel to the worker at {} ended; calls go through the middleman", address);
-  // Usually the worker died: its gateway's monitor then fails or retries the calls in flight
-  // (ActorDied) within moments. Calls still waiting on this channel after a grace period had a
-  // live worker: they are resent by the middleman or fail with Unavailable (route_broken).
-  timer_->schedule(detail::Timer::Clock::now() + kChannelGrace, [bound = std::move(bound), ch] {
-    for (const auto& weak : bound) {
-      auto cell = weak.lock();
-      if (!cell) continue;
-      auto route = cell->route();
-      if (const auto* on = dynamic_cast<const ChannelRoute*>(route.get()); on != nullptr && on->channel() == ch.get()) {
-        cell->route_broken(on, "lost its call channel");
-      }
-    }
-  });
-}
-
-void ClusterClient::on_gateway_down(const caf::actor_addr& gateway) {
-  std::vector<std::pair<std::shared_ptr<detail::ActorCell>, std::uint64_t>> lost;
-  std::vector<std::shared_ptr<CallChannel>> gone;
-  {
-    std::lock_guard lk(mu_);
-    for (auto it = gateways_.begin(); it != gateways_.end();) {
-      if (it->second.address() != gateway) { ++it; continue; }
-      if (auto ch = channels_.find(it->first); ch != channels_.end()) {
-        gone.push_back(std::move(ch->second));
-        channels_.erase(ch);
-      }
-      it = gateways_.erase(it);
-    }
     for (auto& [id, weak] : cells_) {
       auto cell = weak.lock();
       if (!cell) continue;
       auto route = cell->route();
-      const auto* on = dynamic_cast<const RemoteRoute*>(route.get());
-      if (on != nullptr && on->gateway().address() == gateway) lost.push_back({cell, on->incarnation()});
+      const auto* on = dynamic_cast<const LinkRoute*>(route.get());
+      if (on == nullptr || on->link() != &link) continue;
+      lost.push_back({cell, on->incarnation()});
+      bound.push_back(cell);
     }
   }
-  for (auto& ch : gone) ch->close();   // on the router's thread: never a reader's own
-  for (auto& [cell, incarnation] : lost) cell->unbind(incarnation, "lost its worker process");
+  if (end == net::LinkEnd::Exited || end == net::LinkEnd::Frozen) {   // dead: ActorDied, or retried at the restart
+    for (auto& [cell, incarnation] : lost) cell->unbind(incarnation, "lost its worker process: " + why);
+    return;
+  }
+  // Lost: perhaps only the connection. Calls wait for the head's word (a restart or death unbinds
+  // them, ActorDied); still waiting after the grace, they had a live worker: resent on a new link
+  // when max_retries allows, else Unavailable. The next look at the directory links again.
+  spdlog::info("link to the worker at {} ended ({}); waiting for the head's word", link.address(), why);
+  // Held, so that no new link can take its address meanwhile.
+  std::shared_ptr<const net::Link> gone = link.shared_from_this();
+  timer_->schedule(detail::Timer::Clock::now() + kLinkGrace, [bound = std::move(bound), gone] {
+    for (const auto& weak : bound) {
+      auto cell = weak.lock();
+      if (!cell) continue;
+      auto route = cell->route();
+      if (const auto* on = dynamic_cast<const LinkRoute*>(route.get()); on != nullptr && on->link() == gone.get()) {
+        cell->route_broken(on, "lost its connection");
+      }
+    }
+  });
 }
 
 }  // namespace troupe::cluster

@@ -1,7 +1,8 @@
 // ClusterClient: a process's link to the cluster. It asks the head to spawn and kill actors,
 // binds remote ActorCells to the worker processes that host them (following restarts through
-// the head's directory), and routes replies back to the cells. One per Runtime, created when
-// the first remote actor is spawned or referenced.
+// the head's directory) with a LinkRoute on the link to that process (Peers), and turns the end of
+// a link into what it means for the calls on it. One per Runtime, created when the first remote
+// actor is spawned or referenced.
 #pragma once
 
 #include <atomic>
@@ -14,12 +15,10 @@
 #include <string>
 #include <thread>
 
-#include <caf/actor.hpp>
-#include <caf/actor_system.hpp>
 #include <nlohmann/json.hpp>
 
 #include "actor_cell.hpp"
-#include "cluster/call_channel.hpp"
+#include "troupe/net/link.hpp"
 #include "troupe/options.hpp"
 #include "troupe/registry.hpp"
 
@@ -29,6 +28,8 @@ class RuntimeImpl;
 
 namespace troupe::cluster {
 
+class Peers;
+
 struct HeadEndpoint {
   std::string host;
   std::uint16_t port = 0;
@@ -37,8 +38,8 @@ struct HeadEndpoint {
 
 class ClusterClient {
  public:
-  ClusterClient(detail::RuntimeImpl& rt, caf::actor_system& sys, HeadEndpoint head,
-                detail::Timer* timer, std::chrono::milliseconds call_timeout);
+  ClusterClient(detail::RuntimeImpl& rt, Peers& peers, HeadEndpoint head, detail::Timer* timer,
+                std::chrono::milliseconds call_timeout);
   ~ClusterClient();   // stop()
 
   // Asks the head for a new actor; returns its cell at once (calls queue until it runs).
@@ -57,10 +58,8 @@ class ClusterClient {
   nlohmann::json request(const std::string& method, const std::string& target, const nlohmann::json& body) {
     return call_head(method, target, body);
   }
-  // Router side: a monitored gateway's process is gone.
-  void on_gateway_down(const caf::actor_addr& gateway);
-  // A channel's reader: its connection to the worker at `address` (gateway) ended.
-  void on_channel_broken(const std::string& address, const CallChannel* channel, bool closed_here);
+  // A link to a worker ended (on the io thread): its actors' calls learn what that means.
+  void on_link_lost(const net::Link& link, net::LinkEnd end, const std::string& why);
 
  private:
   std::shared_ptr<detail::ActorCell> make_cell(std::uint64_t id, const std::string& type, const std::string& name,
@@ -68,23 +67,15 @@ class ClusterClient {
   nlohmann::json call_head(const std::string& method, const std::string& target, const nlohmann::json& body);
   void watch_loop();
   void apply(const nlohmann::json& actor);
-  caf::actor connect(const std::string& address);
-  // The call channel to the worker behind `gateway` (cached per address); null if it has none
-  // or cannot be reached, and calls then go through the middleman.
-  std::shared_ptr<CallChannel> channel(const std::string& address, const caf::actor& gateway);
 
   detail::RuntimeImpl& rt_;
-  caf::actor_system& sys_;
+  Peers& peers_;
   HeadEndpoint head_;
   detail::Timer* timer_;
   std::chrono::milliseconds call_timeout_;
-  caf::actor router_;
   std::mutex mu_;
   std::map<std::uint64_t, std::weak_ptr<detail::ActorCell>> cells_;
   std::set<std::uint64_t> owned_;
-  std::map<std::string, caf::actor> gateways_;   // by "host:port"
-  std::map<std::string, std::shared_ptr<CallChannel>> channels_;   // by gateway "host:port"
-  std::vector<std::shared_ptr<CallChannel>> retired_;              // broken, replaced: joined at stop()
   std::atomic<bool> stopping_{false};
   std::thread watcher_;
 };

@@ -12,6 +12,7 @@
 
 #include <caf/actor.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -29,18 +30,10 @@ class RuntimeImpl;
 
 namespace troupe::cluster {
 
-// Why a link ended, as far as this process can tell.
-enum class LinkLoss {
-  Closed,   // closed here (stopping, replaced)
-  Exited,   // the peer process exited (same host: it is gone): its actors are dead
-  Frozen,   // the peer fell silent past the silence limit: treated as dead
-  Lost,     // EOF or an error with the peer not known to have exited: it may still run
-};
-
 class Peers {
  public:
-  // Called on the io thread when a link this process used ends.
-  using LossHandler = std::function<void(const net::Link& link, LinkLoss loss, const std::string& why)>;
+  // Called on the io thread when a link to a peer ends (net::LinkEnd says how).
+  using LossHandler = std::function<void(const net::Link& link, net::LinkEnd end, const std::string& why)>;
 
   Peers(detail::RuntimeImpl& rt, std::string token, std::string role);
   ~Peers();   // stop()
@@ -65,7 +58,9 @@ class Peers {
   void on_message(net::Link& link, char kind, std::vector<char>& body);
   void serve_call(net::Link& link, std::vector<char>& body);
   void take_reply(net::Link& link, std::vector<char>& body);
-  void on_closed(net::Link& link, const std::string& why, bool frozen);
+  void on_closed(net::Link& link, net::LinkEnd end, const std::string& why);
+  net::Link::MessageHandler message_handler();
+  net::Link::ClosedHandler closed_handler();
   caf::actor find(std::uint64_t actor_id, std::uint64_t incarnation) const;
 
   detail::RuntimeImpl& rt_;
@@ -74,9 +69,15 @@ class Peers {
   std::map<std::uint64_t, std::pair<caf::actor, std::uint64_t>> hosted_;   // id -> host, incarnation
   std::map<std::string, std::shared_ptr<net::Link>> outbound_;             // by the peer's address
   std::vector<std::shared_ptr<net::Link>> inbound_;
+  std::mutex loss_mu_;   // held while the loss handler runs: on_loss() waits out a running one
   LossHandler on_loss_;
-  std::vector<std::thread> fetchers_;   // replies whose tensors are being pulled
+  struct Fetcher {   // a reply whose tensors are being pulled
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::vector<Fetcher> fetchers_;   // joined when done (at the next one) or at stop()
   bool stopping_ = false;
+  std::string token_, role_;
 };
 
 }  // namespace troupe::cluster

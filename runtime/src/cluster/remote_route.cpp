@@ -1,41 +1,40 @@
 #include "cluster/remote_route.hpp"
 
-#include <caf/send.hpp>
-
-#include "cluster/call_channel.hpp"
+#include "troupe/net/frames.hpp"
 
 namespace troupe::cluster {
 
-detail::Sent RemoteRoute::send(detail::Attempt&& a) {
+detail::Sent LinkRoute::send(detail::Attempt&& a) {
+  if (link_->closed()) return detail::Sent{nullptr, {}, std::nullopt};   // unsent: args left as they were
   detail::WirePayload wp;
   try {
-    wp = detail::to_wire(std::move(a.args));
+    wp = detail::to_wire(a.args);
   } catch (const std::exception& e) {
     return detail::Sent{nullptr, {}, Error{ErrorCode::Unavailable, std::string("could not send tensor arguments: ") + e.what()}};
   }
-  detail::WireCall wc;
-  wc.actor_id = actor_id_;
-  wc.incarnation = incarnation_;
-  wc.seq = a.seq;
-  wc.method = a.method;
-  wc.args = std::move(wp.bytes);
-  wc.tensors = std::move(wp.tensors);
-  return detail::Sent{carry(wc), std::move(wp.regions), std::nullopt};
+  net::CallFrame c;
+  c.actor_id = actor_id_;
+  c.incarnation = incarnation_;
+  c.seq = a.seq;
+  c.method = a.method;
+  c.args = std::move(wp.bytes);
+  c.tensors = std::move(wp.tensors);
+  std::vector<char> body;
+  try {
+    body = net::encode_call(c);
+  } catch (const std::length_error&) {
+    detail::release_regions(wp.regions);
+    return detail::Sent{nullptr, {}, Error{ErrorCode::BadArguments, "the arguments are too large for one call (over 4 GiB encoded)"}};
+  }
+  if (!link_->send('C', body)) {   // the link ended just now: unsent, the args given back
+    detail::release_regions(wp.regions);
+    a.args.bytes = std::move(c.args);
+    return detail::Sent{nullptr, {}, std::nullopt};
+  }
+  return detail::Sent{this, std::move(wp.regions), std::nullopt};
 }
 
-const detail::Route* MiddlemanRoute::carry(detail::WireCall& call) {
-  call.token = token_;
-  call.reply_to = reply_to_;
-  caf::anon_send(host_, std::move(call));
-  return this;
-}
-
-const detail::Route* ChannelRoute::carry(detail::WireCall& call) {
-  if (channel_->send(call)) return this;
-  return fallback_->carry(call);
-}
-
-void deliver_reply(detail::ActorCell& cell, const detail::WireReply& r) {
+void deliver_reply(detail::ActorCell& cell, const detail::WireReply& r, const ReleaseNotice& release) {
   auto state = cell.take_reply(r.incarnation, r.seq);
   if (!state) return;
   if (!r.ok()) {
@@ -53,7 +52,7 @@ void deliver_reply(detail::ActorCell& cell, const detail::WireReply& r) {
   } catch (const std::exception& e) {
     state->fail(Error{ErrorCode::BadArguments, std::string("reply did not decode: ") + e.what()});
   }
-  if (!fetched.empty() && r.gateway) caf::anon_send(r.gateway, detail::WireRelease{fetched});
+  if (!fetched.empty() && release) release(fetched);
 }
 
 }  // namespace troupe::cluster

@@ -4,16 +4,7 @@
 
 namespace troupe::detail {
 
-void add_wire_types(caf::actor_system_config& cfg) {
-  cfg.add_message_type<WireCall>("troupe_call");
-  cfg.add_message_type<WireReply>("troupe_reply");
-  cfg.add_message_type<WireRelease>("troupe_release");
-  cfg.add_message_type<std::vector<char>>("troupe_bytes");
-  cfg.add_message_type<std::vector<std::vector<char>>>("troupe_byte_lists");
-  cfg.add_message_type<std::vector<std::uint64_t>>("troupe_u64s");
-}
-
-WirePayload to_wire(Payload p) {
+WirePayload to_wire(Payload& p) {
   WirePayload w;
   w.bytes = std::move(p.bytes);
   w.tensors.reserve(p.tensors.size());

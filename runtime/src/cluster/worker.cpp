@@ -1,19 +1,16 @@
 #include "cluster/worker.hpp"
 
 #include <caf/all.hpp>
-#include <caf/io/all.hpp>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <cstdlib>
 
-#include "cluster/call_channel.hpp"
-#include "troupe/net/hex.hpp"
-#include "troupe/net/address.hpp"
-#include "troupe/net/http.hpp"
-#include "troupe/net/token.hpp"
-#include "cluster/wire.hpp"
+#include "cluster/peers.hpp"
 #include "runtime_impl.hpp"
+#include "troupe/net/address.hpp"
+#include "troupe/net/hex.hpp"
+#include "troupe/net/http.hpp"
 
 namespace troupe::detail {
 namespace {
@@ -21,23 +18,6 @@ namespace {
 using json = nlohmann::json;
 
 constexpr auto kHeadLostAfter = std::chrono::seconds(10);
-
-// The worker's front door: hands callers the host of an actor (token and incarnation checked) and
-// the address of its call channel, and takes the release notices of result tensors. The table of
-// hosted actors is the call server's. Calls themselves go to the hosts (over the call channel, or
-// through the middleman), which check token and incarnation again.
-caf::behavior gateway(caf::event_based_actor*, std::string token, const cluster::CallServer* calls) {
-  return {
-      [](const WireRelease& r) { release_regions(r.regions); },
-      // A caller asks for the host of an actor, to send its calls there directly.
-      [token, calls](host_atom, const std::string& given, std::uint64_t id, std::uint64_t incarnation) -> caf::actor {
-        return net::token_matches(given, token) ? calls->find(id, incarnation) : caf::actor{};
-      },
-      [token, calls](calls_atom, const std::string& given) -> std::string {
-        return net::token_matches(given, token) ? calls->address() : std::string();
-      },
-  };
-}
 
 std::string env_or_die(const char* name) {
   const char* v = std::getenv(name);
@@ -63,18 +43,14 @@ class Worker {
   }
 
   [[noreturn]] void run() {
-    auto& sys = rt_->system();
-    try {
-      calls_ = std::make_unique<cluster::CallServer>(token_, bind_);
+    std::string address;
+    try {   // callers link to this address (the head's directory calls it the worker's gateway)
+      address = rt_->peers(token_, "worker " + std::to_string(id_)).listen(bind_);
     } catch (const std::exception& e) {
       die(e.what());
     }
-    gateway_ = sys.spawn(gateway, token_, static_cast<const cluster::CallServer*>(calls_.get()));
-    auto port = sys.middleman().publish(gateway_, 0, bind_.c_str(), true);
-    if (!port) die("cannot publish the gateway on " + bind_ + ": " + sys.render(port.error()));
-    std::string address = bind_ + ":" + std::to_string(*port);
     post("/ready", json{{"gateway", address}, {"pid", ::getpid()}});
-    spdlog::info("worker {}: gateway at {}, calls at {}", id_, address, calls_->address());
+    spdlog::info("worker {}: links at {}", id_, address);
     auto last_ok = std::chrono::steady_clock::now();
     for (;;) {
       json res;
@@ -100,7 +76,7 @@ class Worker {
     if (kind == "exit") return false;
     if (kind == "kill") {
       auto id = cmd.at("actor_id").get<std::uint64_t>();
-      calls_->remove(id);
+      rt_->peers(token_).unhost(id);
       if (auto cell = rt_->find(id)) rt_->kill(cell);
     } else if (kind == "spawn") {
       spawn(cmd);
@@ -127,9 +103,9 @@ class Worker {
     }
     Options opts;
     opts.name(cmd.value("name", ""));
-    HostContext ctx{gateway_, incarnation, token_};
+    HostContext ctx{incarnation, token_};
     auto cell = rt_->spawn_hosted(id, *type, factory, std::move(args), opts, ctx);
-    calls_->add(id, incarnation, rt_->host_of(*cell));
+    rt_->peers(token_).host(id, incarnation, RuntimeImpl::host_of(*cell));
     cell->ready().state()->on_ready([this, id, incarnation, cell] {
       auto s = cell->ready().state();
       if (s->has_error()) report(id, incarnation, "actor_failed", s->error().message);
@@ -159,9 +135,6 @@ class Worker {
   }
 
   [[noreturn]] void finish(int status) {
-    if (calls_) calls_->stop();
-    if (gateway_) caf::anon_send_exit(gateway_, caf::exit_reason::user_shutdown);
-    gateway_ = nullptr;
     rt_->shutdown();
     rt_.reset();
     std::fflush(nullptr);
@@ -173,8 +146,6 @@ class Worker {
   std::uint16_t head_port_ = 0;
   std::string token_, bind_;
   std::unique_ptr<RuntimeImpl> rt_;
-  std::unique_ptr<cluster::CallServer> calls_;
-  caf::actor gateway_;
 };
 
 }  // namespace
