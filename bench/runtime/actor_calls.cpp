@@ -1,12 +1,27 @@
 // build/bench/actor_calls: Ray's actor microbenchmarks on troupe, in-process and cross-process
 // (driver to actors in worker processes on this host, keys prefixed xproc_), beside the same
 // in-process patterns on bare CAF. Prints one JSON object last: calls or actors per second, and
-// under <key>_cpu_us the driver process's CPU microseconds per call (or per actor).
+// under <key>_cpu_us the driver process's CPU microseconds per call (or per actor); then
+//   xproc_first_call_after_ready_s  a new actor's first call, its worker process already running
+//   death_notice_s                  kill -9 of a worker -> the caller's pending future has failed
+//   idle_cpu_percent                a worker process with nothing to do, over 10 s (of one core)
+//   tcp_floor_rtt_us                a bare two-process TCP ping-pong (64 B) on 127.0.0.1, this run
 //   --seconds S   wall time per case (default 2)
 #include <nlohmann/json.hpp>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <cstring>
 #include <iostream>
 #include <string>
@@ -19,8 +34,10 @@
 
 struct Echo {
   int echo(int x) { return x; }
+  int pid() { return int(::getpid()); }
+  void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 };
-TROUPE_ACTOR(Echo, echo);
+TROUPE_ACTOR(Echo, echo, pid, sleep_ms);
 
 namespace {
 
@@ -61,6 +78,121 @@ void run_patterns(troupe::Runtime& rt, const troupe::Options& opts, int members_
   }));
 }
 
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// A new actor in a worker process that already runs (colocated with one there): its first call's
+// round trip, once ready() has completed. Median of 5.
+double first_call_after_ready(troupe::Runtime& rt) {
+  auto host = rt.spawn<Echo>(troupe::Options{}.process(true));
+  (void)host.call(&Echo::echo, 0).get();
+  std::vector<double> times;
+  for (int i = 0; i < 5; ++i) {
+    auto fresh = rt.spawn<Echo>(troupe::Options{}.colocate_with(host));
+    fresh.ready().get();
+    auto t0 = Clock::now();
+    (void)fresh.call(&Echo::echo, i).get();
+    times.push_back(seconds_since(t0));
+    rt.kill(fresh);
+  }
+  rt.kill(host);
+  return median(times);
+}
+
+// kill -9 of a worker process with a call in flight: until that call's future has failed. Median of 3.
+double death_notice(troupe::Runtime& rt) {
+  std::vector<double> times;
+  for (int i = 0; i < 3; ++i) {
+    auto victim = rt.spawn<Echo>(troupe::Options{}.process(true));
+    const int pid = victim.call(&Echo::pid).get();
+    auto pending = victim.call(&Echo::sleep_ms, 30000);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));   // the call is running there
+    auto t0 = Clock::now();
+    ::kill(pid, SIGKILL);
+    pending.wait();
+    times.push_back(seconds_since(t0));
+    if (pending.result().ok()) std::fprintf(stderr, "actor_calls: a call to a killed worker succeeded\n");
+  }
+  return median(times);
+}
+
+double process_cpu_seconds(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::istringstream rest(text.substr(text.rfind(')') + 2));
+  std::string f;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && rest >> f; ++i) {
+    if (i == 14 || i == 15) ticks += std::stod(f);   // utime, stime
+  }
+  return ticks / double(::sysconf(_SC_CLK_TCK));
+}
+
+// A worker with one idle actor, its link to this driver open: CPU over 10 s, in % of one core.
+double idle_cpu_percent(troupe::Runtime& rt) {
+  auto idle = rt.spawn<Echo>(troupe::Options{}.process(true));
+  const int pid = idle.call(&Echo::pid).get();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));   // start-up done
+  const double c0 = process_cpu_seconds(pid);
+  auto t0 = Clock::now();
+  std::this_thread::sleep_for(std::chrono::seconds(10));
+  const double pct = 100.0 * (process_cpu_seconds(pid) - c0) / seconds_since(t0);
+  rt.kill(idle);
+  return pct;
+}
+
+// A bare ping-pong of 64 B between two processes over TCP on 127.0.0.1 (blocking read/write):
+// the floor a cross-process call sits on here. Mean round trip of 20,000 after 1,000.
+double tcp_floor_rtt_us() {
+  int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  socklen_t len = sizeof a;
+  if (::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(listener, 1) != 0 ||
+      ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    return -1;
+  }
+  int client = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (::connect(client, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return -1;
+  int server = ::accept(listener, nullptr, nullptr);
+  int one = 1;
+  ::setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  ::setsockopt(server, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  ::close(listener);
+  char buf[64] = {};
+  pid_t child = ::fork();
+  if (child == 0) {   // async-signal-safe calls only: this process has other threads
+    ::close(client);
+    for (;;) {
+      ssize_t n = 0, got = 0;
+      while (got < 64 && (n = ::read(server, buf + got, std::size_t(64 - got))) > 0) got += n;
+      if (got < 64 || ::write(server, buf, 64) != 64) ::_exit(0);
+    }
+  }
+  ::close(server);
+  auto round = [&] {
+    if (::write(client, buf, 64) != 64) return false;
+    ssize_t n = 0, got = 0;
+    while (got < 64 && (n = ::read(client, buf + got, std::size_t(64 - got))) > 0) got += n;
+    return got == 64;
+  };
+  for (int i = 0; i < 1000; ++i) round();
+  constexpr int kRounds = 20000;
+  auto t0 = Clock::now();
+  for (int i = 0; i < kRounds; ++i) round();
+  const double us = seconds_since(t0) * 1e6 / kRounds;
+  ::close(client);
+  ::waitpid(child, nullptr, 0);
+  return us;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -76,8 +208,15 @@ int main(int argc, char** argv) {
   std::map<std::string, double> troupe_figures;
   run_patterns(rt, troupe::Options{}, bench::kMembers, 100, seconds, "", troupe_figures);
   run_patterns(rt, troupe::Options{}.process(true), bench::kCallers * 2, 4, seconds, "xproc_", troupe_figures);
+  const double first_call = first_call_after_ready(rt);
+  const double death = death_notice(rt);
+  const double idle = idle_cpu_percent(rt);
   rt.shutdown();
   nlohmann::json j;
+  j["xproc_first_call_after_ready_s"] = first_call;
+  j["death_notice_s"] = death;
+  j["idle_cpu_percent"] = std::round(idle * 100) / 100;
+  j["tcp_floor_rtt_us"] = std::round(tcp_floor_rtt_us() * 10) / 10;
   for (auto& [k, v] : troupe_figures) j[k] = k.ends_with("_cpu_us") ? std::round(v * 100) / 100 : std::round(v);
   for (auto& [k, v] : bench::run_raw_caf(seconds)) j[k] = std::round(v);
   for (const char* k : {"1_1_actor_calls_sync", "1_1_actor_calls_async", "1_n_actor_calls_async",

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <linux/close_range.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -51,6 +52,9 @@ pid_t spawn_process(const ProcessSpec& spec) {
     ::dup2(log_fd, STDERR_FILENO);
     int null_fd = ::open("/dev/null", O_RDONLY);
     if (null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);
+    // No descriptor of the daemon's reaches the worker (its listening sockets, the head's when
+    // they share a process, its links): only what is opened without CLOEXEC would, so close all.
+    ::close_range(3, ~0u, 0);
     ::execve(spec.binary.c_str(), argv.data(), envp.data());
     ::_exit(127);
   }

@@ -197,6 +197,7 @@ struct LinkHub::Impl : std::enable_shared_from_this<LinkHub::Impl> {
   bool stopping = false;
   std::thread thread;
   std::future<void> ran;   // ready once the io thread's run() has returned
+  std::atomic<std::uint64_t> sent{0}, received{0};   // messages (not heartbeats)
 
   void remember(const std::shared_ptr<Link>& l) {
     std::lock_guard lk(mu);
@@ -287,6 +288,7 @@ bool Link::send(char kind, const std::vector<char>& body) { return send(kind, bo
 bool Link::send(char kind, const char* data, std::size_t size) {
   if (closed() || kind == kHeartbeat || size > kMaxMessage) return false;
   auto& m = *impl_;
+  m.hub->sent.fetch_add(1, std::memory_order_relaxed);
   if (size <= kMaxChunk) {
     std::lock_guard lk(m.write_mu);
     if (closed()) return false;
@@ -513,6 +515,7 @@ struct LinkLoops {
         body.swap(joined);
         std::vector<char>().swap(joined);
       }
+      m.hub->received.fetch_add(1, std::memory_order_relaxed);
       try {
         if (m.on_message) m.on_message(*link, kind, body);
       } catch (const std::exception& e) {   // a bad message from the peer: this link ends
@@ -587,6 +590,10 @@ LinkHub::LinkHub(std::string token, PeerIdentity self, LinkOptions options)
 LinkHub::~LinkHub() { stop(); }
 
 const PeerIdentity& LinkHub::self() const { return impl_->self; }
+
+LinkHub::Counts LinkHub::counts() const {
+  return Counts{impl_->sent.load(std::memory_order_relaxed), impl_->received.load(std::memory_order_relaxed)};
+}
 
 namespace {
 

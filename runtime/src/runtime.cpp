@@ -124,6 +124,13 @@ void RuntimeImpl::forget(std::uint64_t id) {
   cells_.erase(id);
 }
 
+RuntimeImpl* RuntimeImpl::current() { return g_current.load(); }
+
+cluster::Peers* RuntimeImpl::peers_if_any() {
+  std::lock_guard lk(peers_mu_);
+  return peers_.get();
+}
+
 cluster::Peers& RuntimeImpl::peers(const std::string& token, const std::string& role) {
   std::lock_guard lk(peers_mu_);
   if (!peers_) peers_ = std::make_unique<cluster::Peers>(*this, token, role);

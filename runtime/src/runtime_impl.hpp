@@ -37,6 +37,9 @@ class RuntimeImpl {
                                           Payload ctor_args, const Options& opts, HostContext ctx);
   // The host of an actor of this process (worker processes hand it to their call server).
   static caf::actor host_of(const ActorCell& cell);
+  // The process's live runtime, or null (tests and benchmarks look inside it).
+  static RuntimeImpl* current();
+  cluster::Peers* peers_if_any();
   void kill(const std::shared_ptr<ActorCell>& cell);
   std::shared_ptr<ActorCell> find(std::uint64_t id) const;
   std::shared_ptr<ActorCell> resolve(std::uint64_t id, const std::string& type);

@@ -47,9 +47,9 @@ class Cluster {
 
   nlohmann::json node(int id) const;
   nlohmann::json actor(std::uint64_t id) const;
+  std::vector<pid_t> daemon_pids() const;   // the head's process and every node daemon's
 
  private:
-  std::vector<pid_t> daemon_pids() const;
   std::string dir_, address_, token_;
 };
 

@@ -120,6 +120,13 @@ class LinkHub {
   void stop();
   const PeerIdentity& self() const;
 
+  // Messages sent and received on this hub's links since it started (heartbeats not counted).
+  struct Counts {
+    std::uint64_t sent = 0;
+    std::uint64_t received = 0;
+  };
+  Counts counts() const;
+
   struct Impl;   // link.cpp's
 
  private:
