@@ -117,7 +117,17 @@ net::HttpResponse Head::route_actor(const net::HttpRequest& req, const std::stri
 net::HttpResponse Head::route_group(const net::HttpRequest& req, const std::string& rest) {
   auto [id, verb] = split_id(rest);
   if (id == 0) return error_reply(404, "bad placement group id");
-  if (verb.empty() && req.method == "GET") return get_group(id);
+  if (verb.empty() && req.method == "GET") {
+    long wait_ms = 0;
+    if (auto it = req.query.find("wait_ms"); it != req.query.end()) {
+      try {
+        wait_ms = std::clamp(std::stol(it->second), 0L, 5000L);
+      } catch (const std::exception&) {
+        return error_reply(400, "wait_ms must be a number");
+      }
+    }
+    return get_group(id, std::chrono::milliseconds(wait_ms));
+  }
   if (verb == "remove" && req.method == "POST") return remove_group(id);
   return error_reply(404, "no such placement group endpoint");
 }

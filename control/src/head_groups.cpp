@@ -31,10 +31,20 @@ net::HttpResponse Head::create_group(const json& body) {
                          {"reason", created->reason.ok() ? "" : created->reason.error().to_string()}});
 }
 
-net::HttpResponse Head::get_group(std::uint64_t id) {
-  std::lock_guard lk(mu_);
+net::HttpResponse Head::get_group(std::uint64_t id, std::chrono::milliseconds wait) {
+  std::unique_lock lk(mu_);
   auto g = scheduler_.group(id);
   if (!g) return error_reply(404, "unknown placement group " + std::to_string(id));
+  // ?wait_ms=N: a group still waiting for room is answered when its state changes (or at N).
+  const auto state = g->state;
+  if (state == placement::GroupState::kPending || state == placement::GroupState::kRescheduling) {
+    cv_.wait_for(lk, wait, [&] {
+      auto now = scheduler_.group(id);
+      return stopping_ || !now || now->state != state;
+    });
+    g = scheduler_.group(id);
+    if (!g) return error_reply(404, "placement group " + std::to_string(id) + " was removed");
+  }
   return reply(200, group_json(*g));
 }
 

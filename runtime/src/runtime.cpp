@@ -233,12 +233,22 @@ std::string PlacementGroup::state() const {
 }
 
 bool PlacementGroup::ready(std::chrono::milliseconds timeout) const {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    std::string s = state();
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {   // each request waits at the head until the group's state changes: no polling here
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    std::string s;
+    try {
+      s = rt_->cluster()
+              .request("GET", "/api/v1/placement_groups/" + std::to_string(id_) + "?wait_ms=" +
+                                  std::to_string(std::clamp<long>(left.count(), 0, 5000)),
+                       nullptr)
+              .value("state", "");
+    } catch (const CallError& e) {
+      if (e.code() == ErrorCode::BadArguments) return false;   // removed
+      throw;
+    }
     if (s == "CREATED") return true;
-    if (s == "REMOVED" || std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (s == "REMOVED" || left.count() <= 0) return false;
   }
 }
 

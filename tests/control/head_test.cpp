@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -83,4 +84,28 @@ TEST_CASE("the head writes the nodes it registers to its SQLite store, which rou
   } catch (const troupe::ErrorException& e) {
     CHECK(e.code() == troupe::ControlCode::Store);
   }
+}
+
+TEST_CASE("a placement group's GET with wait_ms is answered when the group's state changes, not at the wait") {
+  TempDir dir;
+  control::Head head(control::HeadConfig{"127.0.0.1", 0, "secret", dir.path});
+  auto created = json::parse(call(head, "POST", "/api/v1/placement_groups", R"({"bundles":["GPU=1"],"strategy":"PACK"})").body);
+  REQUIRE(created.value("state", "") == "PENDING");   // no node has a GPU yet
+  const auto target = "/api/v1/placement_groups/" + std::to_string(created.at("id").get<std::uint64_t>());
+  auto t0 = std::chrono::steady_clock::now();
+  auto still = json::parse(call(head, "GET", target + "?wait_ms=300", "").body);
+  CHECK(still.value("state", "") == "PENDING");   // nothing changed: answered at the wait
+  CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(250));
+  CHECK(call(head, "GET", target + "?wait_ms=soon", "").status == 400);
+
+  std::thread joiner([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    call(head, "POST", "/api/v1/nodes", R"({"address":"127.0.0.1","resources":"CPU=2,GPU=1"})");
+  });
+  t0 = std::chrono::steady_clock::now();
+  auto ready = json::parse(call(head, "GET", target + "?wait_ms=5000", "").body);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  joiner.join();
+  CHECK(ready.value("state", "") == "CREATED");
+  CHECK(took < std::chrono::seconds(3));   // woken by the node's arrival, not the 5 s wait
 }

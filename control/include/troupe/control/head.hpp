@@ -86,7 +86,7 @@ class Head {
   net::HttpResponse status();
   // Placement groups (head_groups.cpp).
   net::HttpResponse create_group(const nlohmann::json& body);
-  net::HttpResponse get_group(std::uint64_t id);
+  net::HttpResponse get_group(std::uint64_t id, std::chrono::milliseconds wait);
   net::HttpResponse remove_group(std::uint64_t id);
   nlohmann::json group_json(const placement::GroupView& g) const;
   void after_release();   // resources came free: pending groups, then pending actors, get a chance
