@@ -33,7 +33,7 @@ Result<int> choose_bundle(const Scheduler::Impl& m, const GroupRec& g, const Act
   bool any_reserved = false, any_total_fits = false;
   for (int i = ref.index < 0 ? 0 : ref.index; i < (ref.index < 0 ? n : ref.index + 1); ++i) {
     const BundleRec& b = g.bundles[i];
-    if (b.slot == kNoSlot) continue;
+    if (b.slot == kNoSlot || (req.node && m.nodes[b.slot].id != *req.node)) continue;
     any_reserved = true;
     if (!req.selector.matches(m.nodes[b.slot].labels) || !req.resources.fits_in(b.total)) continue;
     any_total_fits = true;
@@ -41,7 +41,9 @@ Result<int> choose_bundle(const Scheduler::Impl& m, const GroupRec& g, const Act
   }
   const std::string where = "group " + std::to_string(g.id) + (ref.index < 0 ? "" : " bundle " + std::to_string(ref.index));
   if (!any_reserved)
-    return Error{PlacementCode::FailedPrecondition, where + " is not reserved (group " + std::string(to_string(g.state)) + ")"};
+    return Error{PlacementCode::FailedPrecondition,
+                 where + " is not reserved" + (req.node ? " on node " + std::to_string(*req.node) : std::string()) +
+                     " (group " + std::string(to_string(g.state)) + ")"};
   if (!any_total_fits)
     return Error{PlacementCode::Infeasible, actor_name(req.actor) + " asks " + req.resources.to_string() +
                                               (req.selector.empty() ? "" : " on " + req.selector.to_string()) +
@@ -72,7 +74,16 @@ Result<Placement> Scheduler::Impl::place_in_bundle(const ActorRequest& req, Acto
 
 Result<Placement> Scheduler::Impl::place_on_node(const ActorRequest& req, ActorRec& rec) {
   Demand d{req.resources, {req.resources.get(kGpu)}, req.selector.empty() ? nullptr : &req.selector, nullptr};
-  const std::uint32_t slot = pick_node(d);
+  if (req.node) {   // hard affinity: that node, alive and with room, or an error saying which
+    auto it = slot_of.find(*req.node);
+    if (it == slot_of.end() || nodes[it->second].state != NodeState::kAlive)
+      return Error{PlacementCode::NotFound, actor_name(req.actor) + " is pinned to node " + std::to_string(*req.node) +
+                                              ", which is not alive"};
+    if (!fits(it->second, d))
+      return Error{PlacementCode::Unavailable, actor_name(req.actor) + " asks " + req.resources.to_string() +
+                                                 " on node " + std::to_string(*req.node) + ", which has not that free now"};
+  }
+  const std::uint32_t slot = req.node ? slot_of.at(*req.node) : pick_node(d);
   if (slot == kNoSlot) {
     const bool ever = fits_some_total(d);
     return Error{ever ? PlacementCode::Unavailable : PlacementCode::Infeasible,

@@ -225,8 +225,10 @@ void Scheduler::Impl::retry_waiting() {
 
 // ---------------------------------------------------------------- public API
 
-Result<CreateResult> Scheduler::create_placement_group(PlacementGroupSpec spec) {
-  Impl& m = *impl_;
+namespace {
+
+// A group's record from its spec, bundles checked; nothing reserved.
+Result<GroupRec> new_group(PlacementGroupId id, PlacementGroupSpec& spec) {
   if (spec.bundles.empty()) return Error{PlacementCode::InvalidArgument, "a placement group needs at least one bundle"};
   GroupRec g;
   for (std::size_t i = 0; i < spec.bundles.size(); ++i) {
@@ -235,10 +237,21 @@ Result<CreateResult> Scheduler::create_placement_group(PlacementGroupSpec spec) 
     TROUPE_RETURN_IF_ERROR(detail::check_amounts(spec.bundles[i], what));
     g.bundles.push_back(BundleRec{spec.bundles[i], spec.bundles[i], kNoSlot, {}, {}, 0, {}});
   }
-  g.id = m.next_group++;
+  g.id = id;
   g.name = std::move(spec.name);
   g.strategy = spec.strategy;
   g.selector = std::move(spec.selector);
+  return g;
+}
+
+}  // namespace
+
+Result<CreateResult> Scheduler::create_placement_group(PlacementGroupSpec spec) {
+  Impl& m = *impl_;
+  auto made = new_group(m.next_group, spec);
+  if (!made.ok()) return made.error();
+  GroupRec& g = *made;
+  ++m.next_group;
   std::vector<int> all(g.bundles.size());
   for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
   CreateResult out{g.id, GroupState::kCreated, Status{}};
@@ -251,6 +264,38 @@ Result<CreateResult> Scheduler::create_placement_group(PlacementGroupSpec spec) 
     g.state = GroupState::kCreated;
   }
   m.groups.emplace(g.id, std::move(g));
+  return out;
+}
+
+Result<CreateResult> Scheduler::restore_placement_group(PlacementGroupId id, PlacementGroupSpec spec,
+                                                        const std::vector<std::optional<NodeId>>& bundle_nodes) {
+  Impl& m = *impl_;
+  if (id == 0 || m.groups.contains(id))
+    return Error{PlacementCode::AlreadyExists, "placement group id " + std::to_string(id) + " is taken"};
+  if (bundle_nodes.size() != spec.bundles.size())
+    return Error{PlacementCode::InvalidArgument, "group " + std::to_string(id) + ": " + std::to_string(bundle_nodes.size()) +
+                                                  " bundle nodes for " + std::to_string(spec.bundles.size()) + " bundles"};
+  auto made = new_group(id, spec);
+  if (!made.ok()) return made.error();
+  GroupRec& g = *made;
+  m.next_group = std::max(m.next_group, id + 1);
+  std::vector<int> lost;
+  for (int i = 0; i < static_cast<int>(g.bundles.size()); ++i) {
+    const auto where = bundle_nodes[i] ? m.slot_of.find(*bundle_nodes[i]) : m.slot_of.end();
+    if (where != m.slot_of.end() && m.fits(where->second, bundle_demand(g, i))) m.reserve_bundle(g, i, where->second);
+    else lost.push_back(i);
+  }
+  CreateResult out{g.id, GroupState::kCreated, Status{}};
+  if (!lost.empty()) {
+    out.reason = m.explain_unplaced(g, lost);
+    const bool none = lost.size() == g.bundles.size();
+    out.state = g.state = none ? GroupState::kPending : GroupState::kRescheduling;
+    (none ? m.pending : m.rescheduling).insert(g.id);
+  } else {
+    g.state = GroupState::kCreated;
+  }
+  m.groups.emplace(g.id, std::move(g));
+  if (!lost.empty()) m.retry_waiting();   // its lost bundles may fit elsewhere at once
   return out;
 }
 

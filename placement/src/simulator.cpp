@@ -79,7 +79,7 @@ void Simulator::die(NodeId node) {
 
 bool Simulator::place_random_actor() {
   if (options_.actor_shapes.empty()) return false;
-  ActorRequest req{next_actor_++, options_.actor_shapes[shape_pick_(rng_)].resources, std::nullopt, false, {}};
+  ActorRequest req{next_actor_++, options_.actor_shapes[shape_pick_(rng_)].resources, std::nullopt, false, {}, std::nullopt};
   if (std::bernoulli_distribution(options_.zone_pinned_fraction)(rng_))
     req.selector = LabelSelector::equals("zone", zone_name(rng_() % std::max<std::size_t>(1, options_.zones)));
   auto placed = scheduler_.place_actor(req);
@@ -133,7 +133,7 @@ bool Simulator::place_random_actor_in_group() {
   const int index = std::uniform_int_distribution<int>(0, static_cast<int>(view->bundles.size()) - 1)(rng_);
   Resources want = Resources::must_parse("CPU=0.5");
   if (view->bundles[index].get(kGpu).units() > 0) want.set(kGpu, Quantity::from_double(0.25));
-  ActorRequest req{next_actor_++, want, BundleRef{g, index}, std::bernoulli_distribution(0.5)(rng_), {}};
+  ActorRequest req{next_actor_++, want, BundleRef{g, index}, std::bernoulli_distribution(0.5)(rng_), {}, std::nullopt};
   if (!scheduler_.place_actor(req).ok()) return ++stats_.place_failed, false;
   track_actor(req.actor);
   return true;

@@ -290,3 +290,48 @@ TEST_CASE("actors cannot use a pending group's bundles") {
   CHECK(p.error().code == PlacementCode::FailedPrecondition);
   CHECK(p.error().message.find("PENDING") != std::string::npos);
 }
+
+TEST_CASE("a restored group keeps its id and its bundles' nodes, and what cannot be restored waits") {
+  Scheduler s;
+  for (NodeId n = 1; n <= 3; ++n) REQUIRE_OK(s.add_node(n, res("CPU=4")));
+  // Recorded: bundle 0 on node 3, bundle 1 on node 1 (not where PACK would put them now).
+  auto g = s.restore_placement_group(7, spec({res("CPU=2"), res("CPU=2")}, Strategy::kSpread),
+                                     {NodeId(3), NodeId(1)});
+  REQUIRE_OK(g);
+  CHECK(g->id == 7);
+  CHECK(g->state == GroupState::kCreated);
+  CHECK(s.group(7)->bundle_nodes == std::vector<std::optional<NodeId>>{NodeId(3), NodeId(1)});
+  CHECK(s.node(3)->available == res("CPU=2"));
+  // Its actors can be pinned back to the bundle on their node.
+  ActorRequest a = actor(100, "CPU=1");
+  a.bundle = BundleRef{7, -1};
+  a.node = 1;
+  auto placed = s.place_actor(a);
+  REQUIRE_OK(placed);
+  CHECK(placed->bundle->index == 1);
+  CHECK(s.restore_placement_group(7, spec({res("CPU=1")}, Strategy::kPack), {std::nullopt}).error().code ==
+        PlacementCode::AlreadyExists);
+  CHECK(s.restore_placement_group(8, spec({res("CPU=1")}, Strategy::kPack), {}).error().code ==
+        PlacementCode::InvalidArgument);
+  // New groups get ids above the restored one.
+  auto next = s.create_placement_group(spec({res("CPU=1")}, Strategy::kPack));
+  REQUIRE_OK(next);
+  CHECK(next->id == 8);
+  REQUIRE_OK(s.remove_placement_group(8));
+
+  // A bundle recorded on a node that is gone waits for room like one lost with its node.
+  REQUIRE_OK(s.place_actor(actor(200, "CPU=4")));   // fills node 2
+  auto lost = s.restore_placement_group(20, spec({res("CPU=2"), res("CPU=4")}, Strategy::kPack),
+                                        {NodeId(3), NodeId(99)});
+  REQUIRE_OK(lost);
+  CHECK(lost->state == GroupState::kRescheduling);
+  CHECK(s.group(20)->bundle_nodes[0] == std::optional<NodeId>(3));
+  CHECK_FALSE(s.group(20)->bundle_nodes[1].has_value());
+  REQUIRE_OK(s.add_node(4, res("CPU=4")));
+  CHECK(s.take_ready_groups() == std::vector<PlacementGroupId>{20});
+  CHECK(s.group(20)->bundle_nodes[1] == std::optional<NodeId>(4));
+  auto none = s.restore_placement_group(21, spec({res("CPU=8")}, Strategy::kPack), {std::nullopt});
+  REQUIRE_OK(none);
+  CHECK(none->state == GroupState::kPending);
+  CHECK_OK(s.validate());
+}

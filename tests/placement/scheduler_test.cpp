@@ -164,3 +164,28 @@ TEST_CASE("a label shared by many nodes is honoured through the utilization inde
   CHECK(s.place_actor(full).error().code == PlacementCode::Unavailable);  // zone a is full, b is not used
   CHECK_OK(s.validate());
 }
+
+TEST_CASE("an actor pinned to a node goes there or fails saying why (hard node affinity)") {
+  Scheduler s;
+  REQUIRE_OK(s.add_node(1, res("CPU=4")));
+  REQUIRE_OK(s.add_node(2, res("CPU=4")));
+  for (ActorId a = 1; a <= 3; ++a) {   // the hybrid policy would pack these onto one node
+    ActorRequest r = actor(a, "CPU=1");
+    r.node = 2;
+    auto p = s.place_actor(r);
+    REQUIRE_OK(p);
+    CHECK(p->node == 2);
+  }
+  ActorRequest too_big = actor(4, "CPU=2");
+  too_big.node = 2;
+  CHECK(s.place_actor(too_big).error().code == PlacementCode::Unavailable);
+  ActorRequest nowhere = actor(5, "CPU=1");
+  nowhere.node = 9;
+  CHECK(s.place_actor(nowhere).error().code == PlacementCode::NotFound);
+  REQUIRE_OK(s.mark_dead(1));
+  ActorRequest dead = actor(6, "CPU=1");
+  dead.node = 1;
+  CHECK(s.place_actor(dead).error().code == PlacementCode::NotFound);
+  CHECK(s.node(2)->available == res("CPU=1"));
+  CHECK_OK(s.validate());
+}

@@ -47,6 +47,9 @@ struct ActorRequest {
   std::optional<BundleRef> bundle;     // place inside a reserved bundle
   bool colocate = false;               // share the bundle's one worker process (needs a bundle index)
   LabelSelector selector;              // node-label constraints
+  // Hard node affinity: this node or nothing (Ray's NodeAffinitySchedulingStrategy, soft=False);
+  // with a bundle, a bundle reserved on this node. The head uses it to restore a recorded placement.
+  std::optional<NodeId> node;
 };
 
 // The worker process an actor runs in: colocated actors of one bundle share one key; every
@@ -91,6 +94,13 @@ class Scheduler {
   // were placed in the group: the caller kills them; they are already released here.
   Result<CreateResult> create_placement_group(PlacementGroupSpec spec);
   Result<std::vector<ActorId>> remove_placement_group(PlacementGroupId id);
+  // Re-creates a group recorded elsewhere (the head's store) under its own id, each bundle on the
+  // node it was reserved on (nullopt: it was not reserved). A bundle whose node is gone or has no
+  // room now waits as after a node loss: the group is kRescheduling (kPending when no bundle could
+  // be restored) and retried as room appears. Later groups get ids above every restored one.
+  // Errors: kAlreadyExists (the id is taken), kInvalidArgument (as create, or the sizes differ).
+  Result<CreateResult> restore_placement_group(PlacementGroupId id, PlacementGroupSpec spec,
+                                               const std::vector<std::optional<NodeId>>& bundle_nodes);
   // Groups that became kCreated since the last call (from pending or rescheduling), in order.
   std::vector<PlacementGroupId> take_ready_groups();
 
