@@ -44,6 +44,9 @@ std::string resolve_address(const CommonFlags& f) {
 
 namespace {
 
+// An actor's node as the table shows it: "-" while it has none (0).
+std::string node_text(std::uint64_t node) { return node == 0 ? "-" : std::to_string(node); }
+
 void print_table(const json& s) {
   std::cout << "head " << s.value("head", "") << "   logs: " << s.value("logs", "") << "\n\nNODES\n";
   std::cout << std::left << std::setw(6) << "ID" << std::setw(18) << "ADDRESS" << std::setw(7) << "STATE"
@@ -56,7 +59,7 @@ void print_table(const json& s) {
             << std::setw(9) << "PID" << std::setw(11) << "STATE" << std::setw(10) << "RESTARTS" << "REASON\n";
   for (const auto& a : s.at("actors")) {
     std::cout << std::setw(18) << a.value("id", std::uint64_t{0}) << std::setw(16) << a.value("type", "")
-              << std::setw(6) << a.value("node", "") << std::setw(9) << a.value("pid", 0) << std::setw(11)
+              << std::setw(6) << node_text(a.value("node", std::uint64_t{0})) << std::setw(9) << a.value("pid", 0) << std::setw(11)
               << a.value("state", "") << std::setw(10) << a.value("restarts", 0) << a.value("reason", "") << "\n";
   }
   std::cout << "\nPLACEMENT GROUPS\n" << std::setw(6) << "ID" << std::setw(15) << "STRATEGY" << std::setw(14)

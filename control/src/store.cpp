@@ -4,19 +4,43 @@
 
 #include <mutex>
 
+#include <nlohmann/json.hpp>
+
 namespace troupe::control {
 namespace {
 
+constexpr const char* kSchemaVersion = "2";
+
 const char* const kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS nodes (
-  id TEXT PRIMARY KEY, address TEXT, hostname TEXT, state TEXT, resources TEXT, available TEXT,
-  pid INTEGER, registered_ms INTEGER, last_seen_ms INTEGER);
+  id INTEGER PRIMARY KEY, address TEXT, hostname TEXT, state TEXT, resources TEXT, pid INTEGER,
+  registered_ms INTEGER, last_seen_ms INTEGER);
 CREATE TABLE IF NOT EXISTS actors (
-  id INTEGER PRIMARY KEY, type TEXT, name TEXT, state TEXT, node_id TEXT, worker_id TEXT, pid INTEGER,
-  gateway TEXT, incarnation INTEGER, restarts INTEGER, max_restarts INTEGER, resources TEXT,
-  ctor_signature TEXT, ctor_args BLOB, spec TEXT, death_reason TEXT);
+  id INTEGER PRIMARY KEY, type TEXT, name TEXT, ctor_signature TEXT, ctor_args BLOB, binary TEXT,
+  resources TEXT, max_restarts INTEGER, max_retries INTEGER, placement_group INTEGER, bundle_index INTEGER,
+  colocate INTEGER, colocate_with INTEGER, state TEXT, node INTEGER, worker INTEGER, bundle INTEGER,
+  reserved INTEGER, pid INTEGER, gateway TEXT, incarnation INTEGER, restarts INTEGER, reason TEXT);
+CREATE TABLE IF NOT EXISTS placement_groups (
+  id INTEGER PRIMARY KEY, name TEXT, strategy TEXT, bundles TEXT, wait INTEGER, bundle_nodes TEXT);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 )sql";
+
+Error bad_row(const char* table, std::int64_t id, const std::string& why) {
+  return Error{ControlCode::Store, std::string("store: row ") + std::to_string(id) + " of " + table + ": " + why};
+}
+
+template <class T>
+T must(Result<T> r, const char* table, std::int64_t id) {
+  if (!r.ok()) throw ErrorException(bad_row(table, id, r.error().message));
+  return std::move(*r);
+}
+
+// Bundles and their nodes as JSON arrays of text and numbers.
+std::string bundles_text(const std::vector<placement::Resources>& bundles) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& b : bundles) j.push_back(b.to_string());
+  return j.dump();
+}
 
 class Statement {
  public:
@@ -33,8 +57,8 @@ class Statement {
     sqlite3_bind_text(stmt_, i, v.data(), int(v.size()), SQLITE_TRANSIENT);
     return *this;
   }
-  Statement& bind_blob(int i, const std::string& v) {
-    sqlite3_bind_blob(stmt_, i, v.data(), int(v.size()), SQLITE_TRANSIENT);
+  Statement& bind_blob(int i, const char* data, std::size_t size) {
+    sqlite3_bind_blob(stmt_, i, data, int(size), SQLITE_TRANSIENT);
     return *this;
   }
   Statement& bind(int i, std::int64_t v) {
@@ -68,54 +92,138 @@ class SqliteStore final : public Store {
       throw ErrorException(Error{ControlCode::Store, "cannot open store " + path + ": " + msg});
     }
     sqlite3_busy_timeout(db_, 5000);
-    exec("PRAGMA journal_mode=WAL;");
-    exec("PRAGMA synchronous=NORMAL;");
-    exec(kSchema);
+    try {
+      exec("PRAGMA journal_mode=WAL;");
+      exec("PRAGMA synchronous=NORMAL;");
+      check_schema(path);
+    } catch (...) {
+      sqlite3_close(db_);
+      throw;
+    }
   }
   ~SqliteStore() override { sqlite3_close(db_); }
 
-  void put_node(const NodeRow& n) override {
+  void put_node(const NodeRecord& n) override {
     std::lock_guard lk(mu_);
-    Statement s(db_, "INSERT OR REPLACE INTO nodes VALUES (?,?,?,?,?,?,?,?,?)");
-    s.bind(1, n.id).bind(2, n.address).bind(3, n.hostname).bind(4, n.state).bind(5, n.resources)
-        .bind(6, n.available).bind(7, n.pid).bind(8, n.registered_ms).bind(9, n.last_seen_ms);
+    Statement s(db_, "INSERT OR REPLACE INTO nodes VALUES (?,?,?,?,?,?,?,?)");
+    s.bind(1, std::int64_t(n.id)).bind(2, n.address).bind(3, n.hostname).bind(4, std::string(to_string(n.state)))
+        .bind(5, n.total.to_string()).bind(6, n.pid).bind(7, n.registered_ms).bind(8, n.last_seen_ms);
     s.step("put_node");
   }
 
-  std::vector<NodeRow> nodes() override {
+  std::vector<NodeRecord> nodes() override {
     std::lock_guard lk(mu_);
-    Statement s(db_, "SELECT id,address,hostname,state,resources,available,pid,registered_ms,last_seen_ms FROM nodes ORDER BY registered_ms");
-    std::vector<NodeRow> out;
+    Statement s(db_, "SELECT id,address,hostname,state,resources,pid,registered_ms,last_seen_ms FROM nodes ORDER BY id");
+    std::vector<NodeRecord> out;
     while (s.step("nodes")) {
-      out.push_back(NodeRow{s.text(0), s.text(1), s.text(2), s.text(3), s.text(4), s.text(5), s.integer(6),
-                            s.integer(7), s.integer(8)});
+      NodeRecord n;
+      const std::int64_t id = s.integer(0);
+      n.id = std::uint64_t(id);
+      n.address = s.text(1);
+      n.hostname = s.text(2);
+      n.state = must(parse_node_state(s.text(3)), "nodes", id);
+      n.total = must(placement::Resources::parse(s.text(4)), "nodes", id);
+      n.pid = s.integer(5);
+      n.registered_ms = s.integer(6);
+      n.last_seen_ms = s.integer(7);
+      out.push_back(std::move(n));
     }
     return out;
   }
 
-  void put_actor(const ActorRow& a) override {
+  void put_actor(const ActorRecord& a) override {
     std::lock_guard lk(mu_);
-    Statement s(db_, "INSERT OR REPLACE INTO actors VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
-    s.bind(1, std::int64_t(a.id)).bind(2, a.type).bind(3, a.name).bind(4, a.state).bind(5, a.node_id)
-        .bind(6, a.worker_id).bind(7, a.pid).bind(8, a.gateway).bind(9, std::int64_t(a.incarnation))
-        .bind(10, a.restarts).bind(11, a.max_restarts).bind(12, a.resources).bind(13, a.ctor_signature)
-        .bind_blob(14, a.ctor_args).bind(15, a.spec).bind(16, a.death_reason);
+    Statement s(db_, "INSERT OR REPLACE INTO actors VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    const SpawnSpec& p = a.spec;
+    s.bind(1, std::int64_t(a.id)).bind(2, p.type).bind(3, p.name).bind(4, p.ctor_signature)
+        .bind_blob(5, p.ctor_args.data(), p.ctor_args.size()).bind(6, p.binary).bind(7, p.resources.to_string())
+        .bind(8, p.max_restarts).bind(9, p.max_retries).bind(10, std::int64_t(p.placement_group))
+        .bind(11, std::int64_t(p.bundle_index)).bind(12, std::int64_t(p.colocate))
+        .bind(13, std::int64_t(p.colocate_with)).bind(14, std::string(to_string(a.state)))
+        .bind(15, std::int64_t(a.node)).bind(16, std::int64_t(a.worker)).bind(17, std::int64_t(a.bundle))
+        .bind(18, std::int64_t(a.reserved)).bind(19, a.pid).bind(20, a.gateway).bind(21, std::int64_t(a.incarnation))
+        .bind(22, a.restarts).bind(23, a.reason);
     s.step("put_actor");
   }
 
-  std::vector<ActorRow> actors() override {
+  std::vector<ActorRecord> actors() override {
     std::lock_guard lk(mu_);
-    Statement s(db_, "SELECT id,type,name,state,node_id,worker_id,pid,gateway,incarnation,restarts,max_restarts,"
-                     "resources,ctor_signature,ctor_args,spec,death_reason FROM actors ORDER BY id");
-    std::vector<ActorRow> out;
+    Statement s(db_, "SELECT id,type,name,ctor_signature,ctor_args,binary,resources,max_restarts,max_retries,"
+                     "placement_group,bundle_index,colocate,colocate_with,state,node,worker,bundle,reserved,pid,gateway,"
+                     "incarnation,restarts,reason FROM actors ORDER BY id");
+    std::vector<ActorRecord> out;
     while (s.step("actors")) {
-      ActorRow a;
-      a.id = std::uint64_t(s.integer(0));
-      a.type = s.text(1); a.name = s.text(2); a.state = s.text(3); a.node_id = s.text(4); a.worker_id = s.text(5);
-      a.pid = s.integer(6); a.gateway = s.text(7); a.incarnation = std::uint64_t(s.integer(8));
-      a.restarts = s.integer(9); a.max_restarts = s.integer(10); a.resources = s.text(11);
-      a.ctor_signature = s.text(12); a.ctor_args = s.text(13); a.spec = s.text(14); a.death_reason = s.text(15);
+      ActorRecord a;
+      const std::int64_t id = s.integer(0);
+      a.id = std::uint64_t(id);
+      SpawnSpec& p = a.spec;
+      p.type = s.text(1);
+      p.name = s.text(2);
+      p.ctor_signature = s.text(3);
+      const std::string args = s.text(4);
+      p.ctor_args.assign(args.begin(), args.end());
+      p.binary = s.text(5);
+      p.resources = must(placement::Resources::parse(s.text(6)), "actors", id);
+      p.max_restarts = s.integer(7);
+      p.max_retries = s.integer(8);
+      p.placement_group = std::uint64_t(s.integer(9));
+      p.bundle_index = int(s.integer(10));
+      p.colocate = s.integer(11) != 0;
+      p.colocate_with = std::uint64_t(s.integer(12));
+      a.state = must(parse_actor_state(s.text(13)), "actors", id);
+      a.node = std::uint64_t(s.integer(14));
+      a.worker = std::uint64_t(s.integer(15));
+      a.bundle = int(s.integer(16));
+      a.reserved = s.integer(17) != 0;
+      a.pid = s.integer(18);
+      a.gateway = s.text(19);
+      a.incarnation = std::uint64_t(s.integer(20));
+      a.restarts = s.integer(21);
+      a.reason = s.text(22);
       out.push_back(std::move(a));
+    }
+    return out;
+  }
+
+  void put_group(const GroupRecord& g) override {
+    std::lock_guard lk(mu_);
+    Statement s(db_, "INSERT OR REPLACE INTO placement_groups VALUES (?,?,?,?,?,?)");
+    s.bind(1, std::int64_t(g.id)).bind(2, g.name).bind(3, std::string(placement::to_string(g.strategy)))
+        .bind(4, bundles_text(g.bundles)).bind(5, std::int64_t(g.wait_if_unplaced))
+        .bind(6, nlohmann::json(g.bundle_nodes).dump());
+    s.step("put_group");
+  }
+
+  void remove_group(std::uint64_t id) override {
+    std::lock_guard lk(mu_);
+    Statement s(db_, "DELETE FROM placement_groups WHERE id=?");
+    s.bind(1, std::int64_t(id));
+    s.step("remove_group");
+  }
+
+  std::vector<GroupRecord> groups() override {
+    std::lock_guard lk(mu_);
+    Statement s(db_, "SELECT id,name,strategy,bundles,wait,bundle_nodes FROM placement_groups ORDER BY id");
+    std::vector<GroupRecord> out;
+    while (s.step("placement_groups")) {
+      GroupRecord g;
+      const std::int64_t id = s.integer(0);
+      g.id = std::uint64_t(id);
+      g.name = s.text(1);
+      g.strategy = must(placement::parse_strategy(s.text(2)), "placement_groups", id);
+      g.wait_if_unplaced = s.integer(4) != 0;
+      try {
+        for (const auto& b : nlohmann::json::parse(s.text(3))) {
+          g.bundles.push_back(must(placement::Resources::parse(b.get<std::string>()), "placement_groups", id));
+        }
+        g.bundle_nodes = nlohmann::json::parse(s.text(5)).get<std::vector<std::uint64_t>>();
+      } catch (const nlohmann::json::exception& e) {
+        throw ErrorException(bad_row("placement_groups", id, std::string("bad bundles: ") + e.what()));
+      }
+      if (g.bundle_nodes.size() != g.bundles.size()) {
+        throw ErrorException(bad_row("placement_groups", id, "bundle nodes do not match its bundles"));
+      }
+      out.push_back(std::move(g));
     }
     return out;
   }
@@ -136,6 +244,31 @@ class SqliteStore final : public Store {
   }
 
  private:
+  // A new database gets this version's tables; one with tables must have been written by it.
+  void check_schema(const std::string& path) {
+    bool empty = false;
+    {
+      Statement s(db_, "SELECT count(*) FROM sqlite_master WHERE type='table'");
+      empty = s.step("schema") && s.integer(0) == 0;
+    }
+    if (empty) {
+      exec(kSchema);
+      exec((std::string("INSERT INTO meta VALUES ('schema','") + kSchemaVersion + "');").c_str());
+      return;
+    }
+    std::string found;
+    try {
+      Statement s(db_, "SELECT value FROM meta WHERE key='schema'");
+      if (s.step("schema")) found = s.text(0);
+    } catch (const ErrorException&) {   // no meta table: not a store of this version
+    }
+    if (found != kSchemaVersion) {
+      throw ErrorException(Error{ControlCode::Store, "store " + path + " has schema '" + found + "', this troupe reads " +
+                                                         kSchemaVersion + ": start the head in a new session directory"});
+    }
+    exec(kSchema);   // tables added since (none yet) appear; existing ones are untouched
+  }
+
   void exec(const char* sql) {
     char* err = nullptr;
     if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {

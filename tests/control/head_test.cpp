@@ -1,8 +1,10 @@
 // The head in-process: its HTTP API refuses bad tokens and bad bodies with clear errors and keeps
-// what it stored; the SQLite store round-trips rows.
+// what it stored; the SQLite store round-trips records, refuses stores it did not write, and a
+// head started on another head's store finds its nodes, actors and groups.
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -57,7 +59,7 @@ TEST_CASE("bad bodies get a 400 with a reason and change nothing") {
   CHECK(status["actors"].empty());
 }
 
-TEST_CASE("the head writes the nodes it registers to its SQLite store, which round-trips rows byte-exact") {
+TEST_CASE("the head writes the nodes it registers to its SQLite store, which round-trips records byte-exact") {
   TempDir dir;
   {
     control::Head head(control::HeadConfig{"127.0.0.1", 0, "secret", dir.path});
@@ -66,15 +68,46 @@ TEST_CASE("the head writes the nodes it registers to its SQLite store, which rou
   auto store = control::open_sqlite_store((std::filesystem::path(dir.path) / "store.db").string());
   auto nodes = store->nodes();
   REQUIRE(nodes.size() == 1);
-  CHECK(nodes[0].resources == "CPU=2");
-  control::ActorRow a;
+  CHECK(nodes[0].total.to_string() == "CPU=2");
+  CHECK(nodes[0].state == control::NodeState::Alive);
+  control::ActorRecord a;
   a.id = 42;
-  a.type = "T";
-  a.ctor_args = std::string("\0\x01\xff", 3);   // binary-safe
+  a.spec.type = "T";
+  a.spec.ctor_args = {'\0', '\x01', '\xff'};   // binary-safe
+  a.spec.resources = *troupe::placement::Resources::parse("CPU=0.5");
+  a.spec.placement_group = 7;
+  a.spec.bundle_index = 1;
+  a.state = control::ActorState::Restarting;
+  a.node = 3;
+  a.worker = 9;
+  a.bundle = 1;
+  a.reserved = true;
+  a.incarnation = 4;
   store->put_actor(a);
   auto actors = store->actors();
   REQUIRE(actors.size() == 1);
-  CHECK(actors[0].ctor_args == a.ctor_args);
+  CHECK(actors[0].spec.ctor_args == a.spec.ctor_args);
+  CHECK(actors[0].spec.resources == a.spec.resources);
+  CHECK(actors[0].spec.placement_group == 7);
+  CHECK(actors[0].state == control::ActorState::Restarting);
+  CHECK(actors[0].node == 3);
+  CHECK(actors[0].worker == 9);
+  CHECK(actors[0].bundle == 1);
+  CHECK(actors[0].reserved);
+  CHECK(actors[0].incarnation == 4);
+  control::GroupRecord g;
+  g.id = 7;
+  g.strategy = troupe::placement::Strategy::kSpread;
+  g.bundles = {*troupe::placement::Resources::parse("CPU=1"), *troupe::placement::Resources::parse("GPU=1")};
+  g.bundle_nodes = {3, 0};
+  store->put_group(g);
+  auto groups = store->groups();
+  REQUIRE(groups.size() == 1);
+  CHECK(groups[0].strategy == troupe::placement::Strategy::kSpread);
+  CHECK(groups[0].bundles == g.bundles);
+  CHECK(groups[0].bundle_nodes == g.bundle_nodes);
+  store->remove_group(7);
+  CHECK(store->groups().empty());
   store->put_meta("k", "v");
   CHECK(store->get_meta("k") == std::optional<std::string>("v"));
   CHECK_FALSE(store->get_meta("missing").has_value());
@@ -84,6 +117,106 @@ TEST_CASE("the head writes the nodes it registers to its SQLite store, which rou
   } catch (const troupe::ErrorException& e) {
     CHECK(e.code() == troupe::ControlCode::Store);
   }
+}
+
+TEST_CASE("a store another version wrote, or a file that is no database, is refused and left as it was") {
+  TempDir dir;
+  const auto path = (std::filesystem::path(dir.path) / "store.db").string();
+  {
+    auto store = control::open_sqlite_store(path);
+    store->put_meta("schema", "1");   // as an older troupe would have left it
+  }
+  auto expect_refused = [&] {
+    try {
+      (void)control::open_sqlite_store(path);
+      FAIL("opened a store this version did not write");
+    } catch (const troupe::ErrorException& e) {
+      CHECK(e.code() == troupe::ControlCode::Store);
+    }
+    CHECK_THROWS_AS(control::Head(control::HeadConfig{"127.0.0.1", 0, "secret", dir.path}), troupe::ErrorException);
+  };
+  expect_refused();
+  std::filesystem::remove(path + "-wal");
+  std::filesystem::remove(path + "-shm");
+  {
+    std::ofstream junk(path, std::ios::trunc);
+    junk << "this is not an SQLite database, just text long enough to fill a header page";
+  }
+  const auto before = std::filesystem::file_size(path);
+  expect_refused();
+  CHECK(std::filesystem::file_size(path) == before);
+}
+
+TEST_CASE("a head started on the store another head wrote finds the same nodes, actors and groups") {
+  TempDir dir;
+  json before;
+  std::uint64_t last_actor = 0;
+  std::uint64_t next_worker_seen = 0;
+  {
+    control::Head head(control::HeadConfig{"127.0.0.1", 0, "secret", dir.path});
+    auto n1 = json::parse(call(head, "POST", "/api/v1/nodes", R"({"address":"127.0.0.1","hostname":"a","resources":"CPU=2"})").body);
+    auto n2 = json::parse(call(head, "POST", "/api/v1/nodes", R"({"address":"127.0.0.1","hostname":"b","resources":"CPU=2"})").body);
+    REQUIRE(n1.at("node_id") != n2.at("node_id"));
+    auto group = json::parse(call(head, "POST", "/api/v1/placement_groups", R"({"bundles":["CPU=1","CPU=1"],"strategy":"STRICT_SPREAD"})").body);
+    REQUIRE(group.value("state", "") == "CREATED");
+    const auto gid = group.at("id").get<std::uint64_t>();
+    // One actor in bundle 1, brought up by a (simulated) worker; one waiting for a GPU; one killed.
+    auto in_bundle = json::parse(call(head, "POST", "/api/v1/actors",
+        json{{"type", "T"}, {"ctor_signature", "s"}, {"ctor_args", "00ff"}, {"binary", "/bin/true"},
+             {"resources", "CPU=1"}, {"placement_group", gid}, {"bundle_index", 1}, {"max_restarts", 2}}.dump()).body);
+    auto waiting = json::parse(call(head, "POST", "/api/v1/actors",
+        R"({"type":"T","ctor_signature":"s","ctor_args":"","binary":"/bin/true","resources":"GPU=1"})").body);
+    auto killed = json::parse(call(head, "POST", "/api/v1/actors",
+        R"({"type":"T","ctor_signature":"s","ctor_args":"","binary":"/bin/true","resources":"CPU=1"})").body);
+    REQUIRE(in_bundle.value("state", "") == "pending");
+    const auto a1 = in_bundle.at("actor_id").get<std::uint64_t>();
+    last_actor = killed.at("actor_id").get<std::uint64_t>();
+    REQUIRE(call(head, "POST", "/api/v1/actors/" + std::to_string(last_actor) + "/kill", R"({"reason":"test"})").status == 200);
+    auto a1_view = json::parse(call(head, "GET", "/api/v1/actors/" + std::to_string(a1), "").body);
+    const auto worker = a1_view.at("worker").get<std::uint64_t>();
+    REQUIRE(worker != 0);
+    const auto wpath = "/api/v1/workers/" + std::to_string(worker);
+    REQUIRE(call(head, "POST", wpath + "/ready", R"({"gateway":"127.0.0.1:4242","pid":4242})").status == 200);
+    REQUIRE(call(head, "POST", wpath + "/events",
+                 json{{"events", json::array({json{{"kind", "actor_ready"}, {"actor_id", a1},
+                                                   {"incarnation", a1_view.at("incarnation")}}})}}.dump()).status == 200);
+    before = json::parse(call(head, "GET", "/api/v1/status", "").body);
+    next_worker_seen = worker;
+  }
+  control::Head head(control::HeadConfig{"127.0.0.1", 0, "secret", dir.path});
+  auto after = json::parse(call(head, "GET", "/api/v1/status", "").body);
+
+  REQUIRE(after["nodes"].size() == before["nodes"].size());
+  for (std::size_t i = 0; i < before["nodes"].size(); ++i) {
+    const auto &b = before["nodes"][i], &a = after["nodes"][i];
+    for (const char* key : {"id", "address", "hostname", "state", "resources", "available"}) {
+      CAPTURE(key);
+      CHECK(a[key] == b[key]);
+    }
+  }
+  REQUIRE(after["actors"].size() == 3);
+  REQUIRE(after["actors"].size() == before["actors"].size());
+  for (std::size_t i = 0; i < before["actors"].size(); ++i) {
+    const auto &b = before["actors"][i], &a = after["actors"][i];
+    for (const char* key : {"id", "type", "state", "node", "worker", "pid", "gateway", "incarnation", "restarts",
+                            "max_restarts", "resources"}) {
+      CAPTURE(key);
+      CHECK(a[key] == b[key]);
+    }
+  }
+  CHECK(after["actors"][0].value("state", "") == "alive");
+  CHECK(after["actors"][1].value("state", "") == "pending");
+  CHECK(after["actors"][2].value("state", "") == "dead");
+  REQUIRE(after["placement_groups"].size() == 1);
+  CHECK(after["placement_groups"] == before["placement_groups"]);   // id, state, bundles' nodes and room, actors
+
+  // Ids continue above what the first head handed out; the loaded actor's worker is known again.
+  auto fresh = json::parse(call(head, "POST", "/api/v1/actors",
+      R"({"type":"T","ctor_signature":"s","ctor_args":"","binary":"/bin/true","resources":"CPU=1"})").body);
+  CHECK(fresh.at("actor_id").get<std::uint64_t>() > last_actor);
+  auto fresh_view = json::parse(call(head, "GET", "/api/v1/actors/" + std::to_string(fresh.at("actor_id").get<std::uint64_t>()), "").body);
+  CHECK(fresh_view.at("worker").get<std::uint64_t>() > next_worker_seen);
+  CHECK(call(head, "POST", "/api/v1/workers/" + std::to_string(next_worker_seen) + "/poll", "{}").status == 200);
 }
 
 TEST_CASE("a placement group's GET with wait_ms is answered when the group's state changes, not at the wait") {

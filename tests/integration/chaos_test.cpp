@@ -83,8 +83,10 @@ TEST_CASE("a daemon killed with -9 and another frozen with SIGSTOP are marked de
   REQUIRE(a.ready().wait_for(30s));
   REQUIRE(b.ready().wait_for(30s));
   REQUIRE(c.ready().wait_for(30s));
-  std::string node_a = cluster.actor(a.id()).value("node", ""), node_b = cluster.actor(b.id()).value("node", "");
-  CHECK(cluster.actor(c.id()).value("node", "") == node_a);
+  const auto node_a = cluster.actor(a.id()).value("node", std::uint64_t{0});
+  const auto node_b = cluster.actor(b.id()).value("node", std::uint64_t{0});
+  CHECK(node_a != 0);
+  CHECK(cluster.actor(c.id()).value("node", std::uint64_t{0}) == node_a);
 
   auto t0 = std::chrono::steady_clock::now();
   REQUIRE(::kill(killed, SIGKILL) == 0);
@@ -92,7 +94,7 @@ TEST_CASE("a daemon killed with -9 and another frozen with SIGSTOP are marked de
   bool both_dead = cluster.wait_until([&](const json& st) {
     int dead = 0;
     for (const auto& n : st.value("nodes", json::array())) {
-      if ((std::to_string(n.value("id", 0)) == node_a || std::to_string(n.value("id", 0)) == node_b) &&
+      if ((n.value("id", std::uint64_t{0}) == node_a || n.value("id", std::uint64_t{0}) == node_b) &&
           n.value("state", "") == "dead") ++dead;
     }
     return dead == 2;
@@ -112,13 +114,14 @@ TEST_CASE("a daemon killed with -9 and another frozen with SIGSTOP are marked de
   cluster.add_node("CPU=1,movable=1");
   REQUIRE(resolves(fc));
   CHECK(fc.get() == 4);   // a fresh incarnation: constructed with 3, then this call
-  std::string node_c = cluster.actor(c.id()).value("node", "");
+  const auto node_c = cluster.actor(c.id()).value("node", std::uint64_t{0});
+  CHECK(node_c != 0);
   CHECK(node_c != node_a);
   CHECK(node_c != node_b);
   ::kill(frozen, SIGCONT);   // FT-3: it comes back to find itself dead, and stops
   CHECK(cluster.wait_until([&](const json& st) {
     for (const auto& n : st.value("nodes", json::array())) {
-      if (std::to_string(n.value("id", 0)) == node_b && n.value("state", "") != "dead") return false;
+      if (n.value("id", std::uint64_t{0}) == node_b && n.value("state", "") != "dead") return false;
     }
     return true;
   }, 3s));

@@ -39,7 +39,7 @@ TEST_CASE("actors on two daemons answer the driver and each other, and move 256 
   CHECK(pid_a != pid_b);
   CHECK(pid_a != int(::getpid()));
   auto sa = cluster.actor(a.id()), sb = cluster.actor(b.id());
-  CHECK(sa.value("node", "") != sb.value("node", ""));   // different daemons
+  CHECK(sa.value("node", std::uint64_t{0}) != sb.value("node", std::uint64_t{0}));   // different daemons
   CHECK(sa.value("state", "") == "alive");
 
   // Actor to actor, across processes.
@@ -181,7 +181,7 @@ TEST_CASE("placement groups reserve bundles across nodes, and colocated actors s
   auto rollout = rt.spawn<Store>(troupe::Options{}.bundle(pg, 0, true).cpus(0.5), 2);
   auto other = rt.spawn<Store>(troupe::Options{}.bundle(pg, 1).cpus(1), 3);
   CHECK(trainer.call(&Store::pid).get() == rollout.call(&Store::pid).get());
-  CHECK(cluster.actor(trainer.id()).value("node", "") != cluster.actor(other.id()).value("node", ""));
+  CHECK(cluster.actor(trainer.id()).value("node", std::uint64_t{0}) != cluster.actor(other.id()).value("node", std::uint64_t{0}));
   auto groups = cluster.status().value("placement_groups", nlohmann::json::array());
   REQUIRE(groups.size() == 1);
   CHECK(groups[0]["state"] == "CREATED");

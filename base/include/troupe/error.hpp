@@ -65,6 +65,9 @@ enum class WeightCode : std::uint16_t {
 // control/: the head, its store and the node daemons.
 enum class ControlCode : std::uint16_t {
   Store = 1,            // the head's store could not be opened, read or written. Retry: no (disk, permissions).
+  BadRequest,           // a request to the head is malformed: a field missing, of the wrong type or out of range. Retry: never.
+  NotFound,             // the request names no node, worker, actor or placement group the head knows. Retry: never.
+  Conflict,             // the target's state forbids it (colocating with an actor that is not running). Retry: after it changes.
 };
 
 // net/: what troupe processes speak to each other.

@@ -1,0 +1,110 @@
+// The head's records: what its managers hold and its store keeps, with numeric ids and enum
+// states, and the commands it gives node daemons and workers. The JSON of the head's HTTP API is
+// made from these at the edge (head.cpp); nothing inside the head parses JSON twice.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "troupe/error.hpp"
+#include "troupe/placement/placement_group.hpp"
+#include "troupe/placement/resources.hpp"
+
+namespace troupe::control {
+
+enum class NodeState : std::uint8_t { Alive, Dead };
+enum class WorkerState : std::uint8_t { Starting, Alive, Dead };
+// Pending: placed or waiting for room, not yet running. Restarting: its process died and it is
+// being started again (same id, next incarnation: FT-2). Dead is final.
+enum class ActorState : std::uint8_t { Pending, Alive, Restarting, Dead };
+
+// "alive", "dead", ... as the API and the store spell them.
+std::string_view to_string(NodeState s);
+std::string_view to_string(WorkerState s);
+std::string_view to_string(ActorState s);
+// ControlCode::BadRequest for any other text.
+Result<NodeState> parse_node_state(std::string_view text);
+Result<ActorState> parse_actor_state(std::string_view text);
+
+// What an actor is and how to run it: the spawn request, checked once where it enters the head.
+struct SpawnSpec {
+  std::string type;                     // the registered actor type
+  std::string name;
+  std::string ctor_signature;           // which of the type's constructors
+  std::vector<char> ctor_args;          // its msgpack arguments, kept to run it again on restart
+  std::string binary;                   // the program whose worker processes can host the type
+  placement::Resources resources;
+  std::int64_t max_restarts = 0;        // -1: unlimited
+  std::int64_t max_retries = 0;         // the caller's, kept for `status`
+  std::uint64_t placement_group = 0;    // 0: none
+  int bundle_index = -1;                // -1: any bundle of the group with room
+  bool colocate = false;                // share the bundle's worker process
+  std::uint64_t colocate_with = 0;      // 0: none; else run in that actor's worker process
+
+  // From a create-actor request body ({"type", "ctor_signature", "ctor_args" (hex), "binary",
+  // optional "name", "resources", "max_restarts", "max_retries", "placement_group",
+  // "bundle_index", "colocate", "colocate_with"}). ControlCode::BadRequest naming the field.
+  static Result<SpawnSpec> from_json(const nlohmann::json& body);
+};
+
+struct NodeRecord {
+  std::uint64_t id = 0;
+  std::string address;                  // the host its workers are reachable on
+  std::string hostname;
+  NodeState state = NodeState::Alive;
+  placement::Resources total;
+  std::int64_t pid = 0;                 // its daemon's
+  std::int64_t registered_ms = 0;       // wall clock
+  std::int64_t last_seen_ms = 0;
+};
+
+struct ActorRecord {
+  std::uint64_t id = 0;
+  SpawnSpec spec;
+  ActorState state = ActorState::Pending;
+  std::uint64_t node = 0;               // 0 while it has no place
+  std::uint64_t worker = 0;             // 0 while it has no worker process
+  int bundle = -1;                      // the bundle it was placed in (resolved index), -1: none
+  bool reserved = false;                // the scheduler holds its resources (not so for colocate_with)
+  std::int64_t pid = 0;
+  std::string gateway;                  // its worker's link address, once running
+  std::uint64_t incarnation = 0;        // bumped at each start (FT-2)
+  std::int64_t restarts = 0;
+  std::string reason;                   // why it is dead, pending or restarting
+};
+
+struct GroupRecord {
+  std::uint64_t id = 0;
+  std::string name;
+  placement::Strategy strategy = placement::Strategy::kPack;
+  std::vector<placement::Resources> bundles;
+  bool wait_if_unplaced = true;
+  std::vector<std::uint64_t> bundle_nodes;   // per bundle: where it is reserved, 0: not reserved
+};
+
+// A node daemon's orders.
+struct NodeCommand {
+  enum class Kind : std::uint8_t { StartWorker, KillWorker } kind = Kind::StartWorker;
+  std::uint64_t worker = 0;
+  std::string binary;                   // StartWorker
+  nlohmann::json to_json() const;
+};
+
+// A worker's orders.
+struct WorkerCommand {
+  enum class Kind : std::uint8_t { Spawn, Kill, Exit } kind = Kind::Exit;
+  std::uint64_t actor = 0;              // Spawn, Kill
+  std::uint64_t incarnation = 0;        // Spawn
+  std::string type, name, ctor_signature;
+  std::vector<char> ctor_args;
+  static WorkerCommand spawn(const ActorRecord& a);
+  static WorkerCommand kill(std::uint64_t actor);
+  static WorkerCommand exit();
+  nlohmann::json to_json() const;
+};
+
+}  // namespace troupe::control

@@ -1,0 +1,411 @@
+#include "head_state.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+namespace troupe::control {
+namespace {
+
+std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string group_name(std::uint64_t id) { return "placement group " + std::to_string(id); }
+
+}  // namespace
+
+HeadState::HeadState(Store& store) : nodes_(store), workers_(store), actors_(store), groups_(store) {
+  load(store);
+}
+
+// ---- loading ------------------------------------------------------------------------------------
+
+void HeadState::load(Store& store) {
+  for (const NodeRecord& rec : store.nodes()) {
+    NodeManager::Node& n = nodes_.restore(rec);
+    if (rec.state != NodeState::Alive) continue;
+    if (auto st = scheduler_.add_node(rec.id, rec.total); !st.ok()) {
+      spdlog::error("head: node {} from the store cannot rejoin the scheduler: {}", rec.id, st.error().to_string());
+      n.rec.state = NodeState::Dead;
+      nodes_.save(n);
+    }
+  }
+  for (const GroupRecord& rec : store.groups()) {
+    placement::PlacementGroupSpec spec;
+    spec.bundles = rec.bundles;
+    spec.strategy = rec.strategy;
+    spec.wait_if_unplaced = rec.wait_if_unplaced;
+    spec.name = rec.name;
+    std::vector<std::optional<placement::NodeId>> where;
+    for (auto node : rec.bundle_nodes) where.push_back(node == 0 ? std::nullopt : std::optional(node));
+    auto restored = scheduler_.restore_placement_group(rec.id, std::move(spec), where);
+    if (!restored.ok()) {   // its row stays in the store as it was
+      spdlog::error("head: {} from the store cannot be restored: {}", group_name(rec.id), restored.error().to_string());
+      continue;
+    }
+    groups_.restore(rec);
+    save_group(rec.id);
+  }
+  for (const ActorRecord& rec : store.actors()) restore_actor(actors_.restore(rec));
+  after_release();
+  spdlog::info("head: loaded {} nodes, {} placement groups and {} actors from the store", nodes_.all().size(),
+               groups_.all().size(), actors_.all().size());
+}
+
+void HeadState::restore_actor(ActorRecord& a) {
+  if (a.state == ActorState::Dead || a.worker == 0) return;   // dead, or waiting for room (after_release)
+  std::optional<std::uint64_t> process;
+  if (a.reserved) {
+    placement::ActorRequest req{a.id, a.spec.resources, {}, false, {}, a.node};
+    if (a.spec.placement_group != 0) {
+      req.bundle = placement::BundleRef{a.spec.placement_group, a.bundle};
+      req.colocate = a.spec.colocate;
+    }
+    auto placed = scheduler_.place_actor(req);
+    if (!placed.ok()) {   // the room it had is gone: it is started again like one that lost its process
+      spdlog::warn("head: actor {} cannot be put back on node {}: {}", a.id, a.node, placed.error().to_string());
+      a.reserved = false;
+      a.worker = a.node = 0;
+      a.bundle = -1;
+      if (a.state != ActorState::Pending) a.state = ActorState::Restarting;
+      a.reason = "its recorded placement could not be restored: " + placed.error().message;
+      actors_.save(a);
+      return;
+    }
+    process = placed->worker.process;
+  }
+  Worker& w = workers_.restore(a.worker, a.node);
+  if (process) workers_.bind_process(*process, w.id);
+  w.actors.insert(a.id);
+  if (a.state == ActorState::Alive) {
+    w.state = WorkerState::Alive;
+    w.gateway = a.gateway;
+    w.pid = a.pid;
+  }
+}
+
+// ---- nodes --------------------------------------------------------------------------------------
+
+Result<std::uint64_t> HeadState::register_node(NodeRecord rec) {
+  rec.state = NodeState::Alive;
+  rec.registered_ms = rec.last_seen_ms = now_ms();
+  // The scheduler checks the resources first: a refused node takes no id and leaves no record.
+  if (auto st = scheduler_.add_node(nodes_.next_id(), rec.total); !st.ok()) {
+    return Error{ControlCode::BadRequest, st.error().message};
+  }
+  NodeManager::Node& n = nodes_.add(std::move(rec));
+  spdlog::info("head: node {} joined from {} with {}", n.rec.id, n.rec.address, n.rec.total.to_string());
+  after_release();
+  return n.rec.id;
+}
+
+Result<NodeState> HeadState::node_seen(std::uint64_t id) {
+  NodeManager::Node* n = nodes_.find(id);
+  if (n == nullptr) return Error{ControlCode::NotFound, "unknown node " + std::to_string(id)};
+  if (n->rec.state == NodeState::Alive) n->last_seen = std::chrono::steady_clock::now();
+  return n->rec.state;
+}
+
+std::vector<NodeCommand> HeadState::take_node_commands(std::uint64_t id) {
+  NodeManager::Node* n = nodes_.find(id);
+  if (n == nullptr) return {};
+  std::vector<NodeCommand> out(std::make_move_iterator(n->commands.begin()), std::make_move_iterator(n->commands.end()));
+  n->commands.clear();
+  return out;
+}
+
+Status HeadState::worker_exited(std::uint64_t node, std::uint64_t worker, const std::string& how) {
+  if (nodes_.find(node) == nullptr) return Error{ControlCode::NotFound, "unknown node " + std::to_string(node)};
+  Worker* w = workers_.find(worker);
+  if (w != nullptr && w->node == node) on_worker_lost(*w, "its worker process exited (" + how + ")");
+  return {};
+}
+
+bool HeadState::expire_nodes(std::chrono::milliseconds timeout) {
+  const auto now = std::chrono::steady_clock::now();
+  bool any = false;
+  for (auto& [id, n] : nodes_.all()) {
+    if (n.rec.state == NodeState::Alive && now - n.last_seen > timeout) {
+      node_dead(n, "missed heartbeats for " + std::to_string(timeout.count()) + " ms");
+      any = true;
+    }
+  }
+  return any;
+}
+
+void HeadState::node_dead(NodeManager::Node& n, const std::string& why) {
+  const std::uint64_t id = n.rec.id;
+  n.rec.state = NodeState::Dead;
+  n.rec.last_seen_ms = now_ms();
+  n.commands.clear();
+  nodes_.save(n);
+  spdlog::warn("head: node {} is dead: {}", id, why);
+  auto loss = scheduler_.mark_dead(id);
+  if (!loss.ok()) {
+    spdlog::error("head: the scheduler could not retire node {}: {}", id, loss.error().to_string());
+  } else {
+    for (auto aid : loss->lost_actors) {   // the scheduler has let them go: nothing to release
+      if (ActorRecord* a = actors_.find(aid)) a->reserved = false;
+    }
+    for (auto gid : loss->re_reserved) {
+      spdlog::info("head: {} lost bundles on node {}; reserved again elsewhere", group_name(gid), id);
+      save_group(gid);
+    }
+    for (auto gid : loss->rescheduling) {
+      spdlog::warn("head: {} lost bundles on node {}; waiting for room", group_name(gid), id);
+      save_group(gid);
+    }
+  }
+  for (auto& [wid, w] : workers_.all()) {
+    if (w.node == id) on_worker_lost(w, "its node " + std::to_string(id) + " died (" + why + ")");
+  }
+}
+
+// ---- workers ------------------------------------------------------------------------------------
+
+Result<WorkerState> HeadState::worker_ready(std::uint64_t id, std::string gateway, std::int64_t pid) {
+  Worker* w = workers_.find(id);
+  if (w == nullptr || w->state == WorkerState::Dead) return WorkerState::Dead;
+  w->state = WorkerState::Alive;
+  w->gateway = std::move(gateway);
+  w->pid = pid;
+  spdlog::info("head: worker {} on node {} is up at {} (pid {})", id, w->node, w->gateway, w->pid);
+  return w->state;
+}
+
+Result<WorkerState> HeadState::worker_state(std::uint64_t id) {
+  Worker* w = workers_.find(id);
+  if (w == nullptr) return Error{ControlCode::NotFound, "unknown worker " + std::to_string(id)};
+  return w->state;
+}
+
+std::vector<WorkerCommand> HeadState::take_worker_commands(std::uint64_t id) {
+  Worker* w = workers_.find(id);
+  if (w == nullptr) return {};
+  std::vector<WorkerCommand> out(std::make_move_iterator(w->commands.begin()), std::make_move_iterator(w->commands.end()));
+  w->commands.clear();
+  return out;
+}
+
+Status HeadState::actor_events(std::uint64_t worker, const std::vector<ActorEvent>& events) {
+  Worker* w = workers_.find(worker);
+  if (w == nullptr) return Error{ControlCode::NotFound, "unknown worker " + std::to_string(worker)};
+  for (const ActorEvent& e : events) {
+    ActorRecord* a = actors_.find(e.actor);
+    if (a == nullptr || a->worker != worker) continue;
+    if (e.incarnation != a->incarnation || a->state == ActorState::Dead) continue;   // stale (FT-2)
+    if (e.ready) {
+      a->state = ActorState::Alive;
+      a->gateway = w->gateway;
+      a->pid = w->pid;
+      a->reason.clear();
+    } else {
+      a->state = ActorState::Dead;
+      a->reason = "its constructor failed: " + (e.reason.empty() ? std::string("unknown") : e.reason);
+      release(*a);
+      w->actors.erase(a->id);
+      if (w->actors.empty()) w->commands.push_back(WorkerCommand::exit());
+    }
+    actors_.save(*a);
+  }
+  after_release();
+  return {};
+}
+
+void HeadState::on_worker_lost(Worker& w, const std::string& why) {
+  if (w.state == WorkerState::Dead) return;
+  w.state = WorkerState::Dead;
+  w.commands.clear();
+  nodes_.command(w.node, NodeCommand{NodeCommand::Kind::KillWorker, w.id, {}});
+  if (w.actors.empty()) spdlog::info("head: worker {} on node {} ended: {}", w.id, w.node, why);
+  else spdlog::warn("head: worker {} on node {} lost: {}", w.id, w.node, why);
+  // Colocated actors restart together: those the scheduler places first (a bundle's colocated
+  // actors share its worker key), then those that only shared this process (colocate_with).
+  std::vector<ActorRecord*> members;
+  for (auto aid : w.actors) {
+    if (ActorRecord* a = actors_.find(aid)) members.push_back(a);
+  }
+  w.actors.clear();
+  std::stable_partition(members.begin(), members.end(), [](const ActorRecord* a) { return a->reserved; });
+  std::map<std::uint64_t, Worker*> regroup;
+  for (ActorRecord* a : members) restart_or_bury(*a, why, regroup);
+  after_release();
+}
+
+// ---- actors -------------------------------------------------------------------------------------
+
+Result<const ActorRecord*> HeadState::create_actor(SpawnSpec spec) {
+  Worker* host = nullptr;
+  if (spec.colocate_with != 0) {
+    const ActorRecord* target = actors_.find(spec.colocate_with);
+    host = target != nullptr && target->state != ActorState::Dead ? workers_.find(target->worker) : nullptr;
+    if (host == nullptr || host->state == WorkerState::Dead) {
+      return Error{ControlCode::Conflict, "cannot colocate with actor " + std::to_string(spec.colocate_with) +
+                                              ": it is not running"};
+    }
+  }
+  ActorRecord& a = actors_.add(std::move(spec));
+  if (host != nullptr) start_on_worker(*host, a);   // shares that process and its resources
+  else place_and_start(a);
+  actors_.save(a);
+  return &a;
+}
+
+Result<const ActorRecord*> HeadState::kill_actor(std::uint64_t id, const std::string& reason) {
+  ActorRecord* a = actors_.find(id);
+  if (a == nullptr) return Error{ControlCode::NotFound, "unknown actor " + std::to_string(id)};
+  if (a->state != ActorState::Dead) {
+    bury(*a, reason);
+    after_release();
+  }
+  return a;
+}
+
+const ActorRecord* HeadState::actor(std::uint64_t id) { return actors_.find(id); }
+
+void HeadState::place_and_start(ActorRecord& a) {
+  placement::ActorRequest req{a.id, a.spec.resources, {}, false, {}, std::nullopt};
+  if (a.spec.placement_group != 0) {
+    req.bundle = placement::BundleRef{a.spec.placement_group, a.spec.bundle_index};
+    req.colocate = a.spec.colocate;
+  }
+  auto placed = scheduler_.place_actor(req);
+  if (!placed.ok()) {
+    a.worker = a.node = 0;
+    a.bundle = -1;
+    if (placed.error().code == PlacementCode::InvalidArgument || placed.error().code == PlacementCode::NotFound) {
+      a.state = ActorState::Dead;   // can never be placed: a bad bundle index, a removed group
+      a.reason = "cannot be placed: " + placed.error().message;
+      return;
+    }
+    std::string reason = "waiting for resources: " + placed.error().message;   // until a node or a bundle has room
+    if (reason != a.reason) spdlog::info("head: actor {} is pending: {}", a.id, placed.error().to_string());
+    a.reason = std::move(reason);
+    return;
+  }
+  a.reserved = true;
+  a.bundle = placed->bundle ? placed->bundle->index : -1;
+  start_on_worker(worker_for(*placed, a.spec.binary), a);
+}
+
+WorkerManager::Worker& HeadState::worker_for(const placement::Placement& p, const std::string& binary) {
+  if (Worker* w = workers_.for_process(p.worker.process)) return *w;
+  Worker& w = workers_.add(p.node);
+  nodes_.command(p.node, NodeCommand{NodeCommand::Kind::StartWorker, w.id, binary});
+  workers_.bind_process(p.worker.process, w.id);
+  return w;
+}
+
+void HeadState::start_on_worker(Worker& w, ActorRecord& a) {
+  a.worker = w.id;
+  a.node = w.node;
+  a.gateway.clear();
+  a.reason.clear();
+  a.incarnation += 1;
+  w.actors.insert(a.id);
+  w.commands.push_back(WorkerCommand::spawn(a));
+}
+
+void HeadState::release(ActorRecord& a) {
+  if (!a.reserved) return;
+  a.reserved = false;
+  if (auto st = scheduler_.release_actor(a.id); !st.ok()) {
+    spdlog::error("head: the scheduler did not hold actor {}: {}", a.id, st.error().to_string());
+  }
+}
+
+void HeadState::bury(ActorRecord& a, const std::string& why) {
+  a.state = ActorState::Dead;
+  a.reason = why;
+  release(a);
+  if (Worker* w = workers_.find(a.worker)) {
+    w->actors.erase(a.id);
+    w->commands.push_back(WorkerCommand::kill(a.id));
+    if (w->actors.empty()) w->commands.push_back(WorkerCommand::exit());
+  }
+  actors_.save(a);
+}
+
+void HeadState::restart_or_bury(ActorRecord& a, const std::string& why, std::map<std::uint64_t, Worker*>& regroup) {
+  if (a.state == ActorState::Dead) return;
+  const bool shared_process = !a.reserved;   // colocate_with: it goes where its hosts went
+  release(a);
+  const std::uint64_t old_worker = a.worker;
+  if (a.spec.max_restarts >= 0 && a.restarts >= a.spec.max_restarts) {
+    a.state = ActorState::Dead;
+    a.reason = why + "; no restarts left (" + std::to_string(a.restarts) + " of " +
+               std::to_string(a.spec.max_restarts) + " used)";
+    actors_.save(a);
+    return;
+  }
+  a.restarts += 1;
+  a.state = ActorState::Restarting;
+  if (auto it = regroup.find(old_worker); shared_process && it != regroup.end()) {
+    start_on_worker(*it->second, a);
+  } else {
+    place_and_start(a);
+    if (Worker* w = workers_.find(a.worker); w != nullptr && !regroup.contains(old_worker)) regroup[old_worker] = w;
+  }
+  spdlog::info("head: restarting actor {} ({}), restart {}", a.id, why, a.restarts);
+  actors_.save(a);
+}
+
+void HeadState::after_release() {
+  for (auto gid : scheduler_.take_ready_groups()) {
+    spdlog::info("head: {} is reserved", group_name(gid));
+    save_group(gid);   // its actors waiting for it are placed below
+  }
+  for (auto& [aid, a] : actors_.all()) {
+    if ((a.state == ActorState::Pending || a.state == ActorState::Restarting) && a.worker == 0) {
+      place_and_start(a);
+      actors_.save(a);
+    }
+  }
+}
+
+// ---- placement groups ---------------------------------------------------------------------------
+
+Result<placement::CreateResult> HeadState::create_group(placement::PlacementGroupSpec spec) {
+  const bool wait = spec.wait_if_unplaced;
+  const auto strategy = spec.strategy;
+  const auto bundles = spec.bundles.size();
+  auto created = scheduler_.create_placement_group(std::move(spec));
+  if (!created.ok()) {
+    const bool bad = created.error().code == PlacementCode::InvalidArgument;
+    return Error{bad ? ControlCode::BadRequest : ControlCode::Conflict, created.error().to_string()};
+  }
+  if (auto g = scheduler_.group(created->id)) groups_.put(*g, wait);
+  spdlog::info("head: {} ({}, {} bundles): {}", group_name(created->id), placement::to_string(strategy), bundles,
+               placement::to_string(created->state));
+  return created;
+}
+
+Result<std::vector<placement::ActorId>> HeadState::remove_group(std::uint64_t id) {
+  auto removed = scheduler_.remove_placement_group(id);
+  if (!removed.ok()) return Error{ControlCode::NotFound, removed.error().to_string()};
+  for (auto aid : *removed) {
+    ActorRecord* a = actors_.find(aid);
+    if (a == nullptr) continue;
+    a->reserved = false;   // released with the group
+    if (a->state != ActorState::Dead) bury(*a, "its placement group was removed");
+  }
+  groups_.remove(id);
+  after_release();
+  return removed;
+}
+
+void HeadState::save_group(std::uint64_t id) {
+  auto g = scheduler_.group(id);
+  if (!g) return;
+  const GroupRecord* rec = groups_.find(id);
+  groups_.put(*g, rec == nullptr || rec->wait_if_unplaced);
+}
+
+std::optional<placement::Resources> HeadState::available(std::uint64_t node) const {
+  auto v = scheduler_.node(node);
+  if (!v || v->state != placement::NodeState::kAlive) return std::nullopt;
+  return v->available;
+}
+
+}  // namespace troupe::control

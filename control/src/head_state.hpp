@@ -1,0 +1,90 @@
+// The typed head: its four tables and the scheduler, and every state transition between them.
+// Nodes join and die; workers start and exit; actors are placed, started, restarted (same id, next
+// incarnation: FT-2) or buried; placement groups reserve bundles (PG-1, PG-2). Built on a store,
+// it loads the tables that store holds first (a head can reload): nodes that were alive get
+// node_timeout to be heard from again, groups and actors are put back where they were recorded.
+// No HTTP and no JSON here: head.cpp adapts requests to these calls. Not thread-safe: the head's
+// mutex serializes every call.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "head_tables.hpp"
+#include "troupe/placement/scheduler.hpp"
+
+namespace troupe::control {
+
+// What a worker reports of one of its actors.
+struct ActorEvent {
+  std::uint64_t actor = 0;
+  std::uint64_t incarnation = 0;
+  bool ready = false;               // false: its constructor failed
+  std::string reason;
+};
+
+class HeadState {
+ public:
+  explicit HeadState(Store& store);   // loads the store's tables
+
+  // Nodes.
+  Result<std::uint64_t> register_node(NodeRecord rec);   // rec.total must be valid; the id is assigned
+  // A poll from a node's daemon: it is alive. NotFound for an unknown id.
+  Result<NodeState> node_seen(std::uint64_t id);
+  std::vector<NodeCommand> take_node_commands(std::uint64_t id);
+  Status worker_exited(std::uint64_t node, std::uint64_t worker, const std::string& how);
+  // Nodes not heard from for `timeout` die; true when one did.
+  bool expire_nodes(std::chrono::milliseconds timeout);
+
+  // Workers.
+  Result<WorkerState> worker_ready(std::uint64_t id, std::string gateway, std::int64_t pid);
+  Result<WorkerState> worker_state(std::uint64_t id);
+  std::vector<WorkerCommand> take_worker_commands(std::uint64_t id);
+  Status actor_events(std::uint64_t worker, const std::vector<ActorEvent>& events);
+
+  // Actors. create: Conflict when colocate_with names an actor that is not running.
+  Result<const ActorRecord*> create_actor(SpawnSpec spec);
+  Result<const ActorRecord*> kill_actor(std::uint64_t id, const std::string& reason);
+  const ActorRecord* actor(std::uint64_t id);
+
+  // Placement groups. create: BadRequest for a bad spec, Conflict when it cannot be placed and
+  // may not wait. remove: NotFound; otherwise the actors it killed.
+  Result<placement::CreateResult> create_group(placement::PlacementGroupSpec spec);
+  Result<std::vector<placement::ActorId>> remove_group(std::uint64_t id);
+  std::optional<placement::GroupView> group(std::uint64_t id) const { return scheduler_.group(id); }
+
+  NodeManager& nodes() { return nodes_; }
+  WorkerManager& workers() { return workers_; }
+  ActorManager& actors() { return actors_; }
+  const GroupManager& groups() const { return groups_; }
+  // What is free on a node now, or nullopt for a dead or unknown one.
+  std::optional<placement::Resources> available(std::uint64_t node) const;
+
+ private:
+  using Worker = WorkerManager::Worker;
+
+  void load(Store& store);
+  void restore_actor(ActorRecord& a);
+  void place_and_start(ActorRecord& a);
+  Worker& worker_for(const placement::Placement& p, const std::string& binary);
+  void start_on_worker(Worker& w, ActorRecord& a);
+  void release(ActorRecord& a);                 // gives its resources back to the scheduler
+  void on_worker_lost(Worker& w, const std::string& why);
+  void bury(ActorRecord& a, const std::string& why);
+  void restart_or_bury(ActorRecord& a, const std::string& why, std::map<std::uint64_t, Worker*>& regroup);
+  void node_dead(NodeManager::Node& n, const std::string& why);
+  void after_release();                         // room came free: waiting groups, then waiting actors
+  void save_group(std::uint64_t id);
+
+  placement::Scheduler scheduler_;
+  NodeManager nodes_;
+  WorkerManager workers_;
+  ActorManager actors_;
+  GroupManager groups_;
+};
+
+}  // namespace troupe::control

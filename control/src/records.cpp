@@ -1,0 +1,136 @@
+#include "troupe/control/records.hpp"
+
+#include <array>
+#include <optional>
+#include <utility>
+
+#include "troupe/net/hex.hpp"
+
+namespace troupe::control {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr std::array<std::string_view, 2> kNodeStates = {"alive", "dead"};
+constexpr std::array<std::string_view, 3> kWorkerStates = {"starting", "alive", "dead"};
+constexpr std::array<std::string_view, 4> kActorStates = {"pending", "alive", "restarting", "dead"};
+
+template <class E, std::size_t N>
+Result<E> parse_state(std::string_view text, const std::array<std::string_view, N>& names, const char* what) {
+  for (std::size_t i = 0; i < N; ++i) {
+    if (names[i] == text) return static_cast<E>(i);
+  }
+  return Error{ControlCode::BadRequest, "unknown " + std::string(what) + " state '" + std::string(text) + "'"};
+}
+
+// Reads a request body's fields; the first missing or mistyped one is kept as a BadRequest.
+class Fields {
+ public:
+  explicit Fields(const json& body) : body_(body) {}
+
+  // body[key] as T; `fallback` when absent or null (required when no fallback is given).
+  template <class T>
+  T get(const char* key, std::optional<T> fallback = std::nullopt) {
+    auto it = body_.find(key);
+    if (it == body_.end() || it->is_null()) {
+      if (!fallback) fail(std::string("missing field '") + key + "'");
+      return fallback.value_or(T{});
+    }
+    try {
+      return it->get<T>();
+    } catch (const json::exception&) {
+      fail(std::string("field '") + key + "' has the wrong type: " + it->dump());
+      return T{};
+    }
+  }
+  const std::optional<Error>& error() const { return error_; }
+
+ private:
+  void fail(std::string message) {
+    if (!error_) error_ = Error{ControlCode::BadRequest, std::move(message)};
+  }
+  const json& body_;
+  std::optional<Error> error_;
+};
+
+}  // namespace
+
+std::string_view to_string(NodeState s) { return kNodeStates[std::size_t(s)]; }
+std::string_view to_string(WorkerState s) { return kWorkerStates[std::size_t(s)]; }
+std::string_view to_string(ActorState s) { return kActorStates[std::size_t(s)]; }
+Result<NodeState> parse_node_state(std::string_view text) { return parse_state<NodeState>(text, kNodeStates, "node"); }
+Result<ActorState> parse_actor_state(std::string_view text) {
+  return parse_state<ActorState>(text, kActorStates, "actor");
+}
+
+Result<SpawnSpec> SpawnSpec::from_json(const json& body) {
+  if (!body.is_object()) return Error{ControlCode::BadRequest, "a spawn request is a JSON object"};
+  Fields f(body);
+  SpawnSpec s;
+  s.type = f.get<std::string>("type");
+  s.name = f.get<std::string>("name", "");
+  s.ctor_signature = f.get<std::string>("ctor_signature");
+  const auto args = f.get<std::string>("ctor_args");
+  s.binary = f.get<std::string>("binary");
+  const auto resources = f.get<std::string>("resources", "");
+  s.max_restarts = f.get<std::int64_t>("max_restarts", 0);
+  s.max_retries = f.get<std::int64_t>("max_retries", 0);
+  s.placement_group = f.get<std::uint64_t>("placement_group", 0);
+  s.bundle_index = f.get<int>("bundle_index", -1);
+  s.colocate = f.get<bool>("colocate", false);
+  s.colocate_with = f.get<std::uint64_t>("colocate_with", 0);
+  if (f.error()) return *f.error();
+  if (s.type.empty()) return Error{ControlCode::BadRequest, "type must not be empty"};
+  if (s.binary.empty()) return Error{ControlCode::BadRequest, "binary must not be empty"};
+  if (s.max_restarts < -1) return Error{ControlCode::BadRequest, "max_restarts must be -1 (unlimited) or more"};
+  if (s.max_retries < 0) return Error{ControlCode::BadRequest, "max_retries must be 0 or more"};
+  if (s.bundle_index < -1) return Error{ControlCode::BadRequest, "bundle_index must be -1 (any) or more"};
+  try {
+    s.ctor_args = net::from_hex(args);
+  } catch (const std::invalid_argument& e) {
+    return Error{ControlCode::BadRequest, std::string("ctor_args is not hex: ") + e.what()};
+  }
+  auto parsed = placement::Resources::parse(resources);
+  if (!parsed.ok()) return Error{ControlCode::BadRequest, "bad resources '" + resources + "': " + parsed.error().message};
+  s.resources = *parsed;
+  return s;
+}
+
+json NodeCommand::to_json() const {
+  if (kind == Kind::StartWorker) return json{{"kind", "start_worker"}, {"worker_id", worker}, {"binary", binary}};
+  return json{{"kind", "kill_worker"}, {"worker_id", worker}};
+}
+
+WorkerCommand WorkerCommand::spawn(const ActorRecord& a) {
+  WorkerCommand c;
+  c.kind = Kind::Spawn;
+  c.actor = a.id;
+  c.incarnation = a.incarnation;
+  c.type = a.spec.type;
+  c.name = a.spec.name;
+  c.ctor_signature = a.spec.ctor_signature;
+  c.ctor_args = a.spec.ctor_args;
+  return c;
+}
+
+WorkerCommand WorkerCommand::kill(std::uint64_t actor) {
+  WorkerCommand c;
+  c.kind = Kind::Kill;
+  c.actor = actor;
+  return c;
+}
+
+WorkerCommand WorkerCommand::exit() { return WorkerCommand{}; }
+
+json WorkerCommand::to_json() const {
+  switch (kind) {
+    case Kind::Spawn:
+      return json{{"kind", "spawn"}, {"actor_id", actor}, {"incarnation", incarnation}, {"type", type},
+                  {"name", name}, {"ctor_signature", ctor_signature}, {"ctor_args", net::to_hex(ctor_args)}};
+    case Kind::Kill: return json{{"kind", "kill"}, {"actor_id", actor}};
+    case Kind::Exit: break;
+  }
+  return json{{"kind", "exit"}};
+}
+
+}  // namespace troupe::control
