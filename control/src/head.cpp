@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "head_state.hpp"
+#include "troupe/net/head_link.hpp"
 #include "troupe/net/token.hpp"
 
 namespace troupe::control {
@@ -52,9 +53,9 @@ T field(const json& body, const char* key) {
 }
 
 const json& events_of(const json& body) {
-  const json& events = body.is_object() && body.contains("events") ? body.at("events") : body;
-  if (!events.is_array()) throw ErrorException(Error{ControlCode::BadRequest, "'events' must be an array"});
-  return events;
+  auto it = body.find("events");
+  if (it == body.end() || !it->is_array()) throw ErrorException(Error{ControlCode::BadRequest, "'events' must be an array"});
+  return *it;
 }
 
 json parse_body(const std::string& body) { return json::parse(body.empty() ? "{}" : body); }
@@ -81,14 +82,20 @@ Head::Head(HeadConfig config) : config_(std::move(config)) {
   store_ = open_sqlite_store((std::filesystem::path(config_.session_dir) / "store.db").string());
   state_ = std::make_unique<HeadState>(*store_);
   store_->put_meta("started_ms", std::to_string(now_ms()));
+  net::LinkOptions options;
+  options.silence_limit = config_.node_timeout;   // a frozen daemon (SIGSTOP) is dead after this
+  options.heartbeat = std::max(std::chrono::milliseconds(50), config_.node_timeout / 5);
+  options.send_timeout = std::chrono::milliseconds(2000);   // a peer that stops reading holds the head no longer
   detector_ = std::thread([this] { detector_loop(); });
   try {
+    links_ = std::make_unique<net::LinkHub>(config_.token, net::self_identity("head"), options);
+    link_address_ = links_->listen(config_.bind, [this](const std::shared_ptr<net::Link>& l) { on_link(l); });
     server_ = std::make_unique<net::HttpServer>(config_.bind, config_.port, [this](const net::HttpRequest& r) { return route(r); });
   } catch (...) {
     stop();
     throw;
   }
-  spdlog::info("head: listening on {}", address());
+  spdlog::info("head: listening on {} (HTTP) and {} (links)", address(), link_address_);
 }
 
 Head::~Head() { stop(); }
@@ -101,6 +108,7 @@ void Head::stop() {
   }
   cv_.notify_all();
   if (server_) server_->stop();
+  if (links_) links_->stop();
   if (detector_.joinable()) detector_.join();
 }
 
@@ -115,12 +123,10 @@ net::HttpResponse Head::route(const net::HttpRequest& req) {
   try {
     if (rest == "/status" && req.method == "GET") return status();
     if (rest == "/directory" && req.method == "GET") return directory(req);
-    if (rest == "/nodes" && req.method == "POST") return register_node(json::parse(req.body));
+    if (rest == "/link" && req.method == "GET") return reply(200, json{{"link", link_address_}});
     if (rest == "/actors" && req.method == "POST") return create_actor(json::parse(req.body));
     if (rest == "/placement_groups" && req.method == "POST") return create_group(json::parse(req.body));
     if (rest.rfind("/placement_groups/", 0) == 0) return route_group(req, rest.substr(17));
-    if (rest.rfind("/nodes/", 0) == 0) return route_node(req, rest.substr(6));
-    if (rest.rfind("/workers/", 0) == 0) return route_worker(req, rest.substr(8));
     if (rest.rfind("/actors/", 0) == 0) return route_actor(req, rest.substr(7));
   } catch (const json::exception& e) {
     return control::error_reply(400, std::string("bad request body: ") + e.what());
@@ -128,23 +134,6 @@ net::HttpResponse Head::route(const net::HttpRequest& req) {
     return error_reply(e.error());
   }
   return control::error_reply(404, "no such endpoint: " + req.method + " " + req.path);
-}
-
-net::HttpResponse Head::route_node(const net::HttpRequest& req, const std::string& rest) {
-  auto [id, verb] = split_id(rest);
-  if (id == 0) return control::error_reply(404, "bad node id");
-  if (verb == "poll" && req.method == "POST") return poll_node(id);
-  if (verb == "events" && req.method == "POST") return node_events(id, json::parse(req.body));
-  return control::error_reply(404, "no such node endpoint");
-}
-
-net::HttpResponse Head::route_worker(const net::HttpRequest& req, const std::string& rest) {
-  auto [id, verb] = split_id(rest);
-  if (id == 0) return control::error_reply(404, "bad worker id");
-  if (verb == "ready" && req.method == "POST") return worker_ready(id, json::parse(req.body));
-  if (verb == "poll" && req.method == "POST") return poll_worker(id);
-  if (verb == "events" && req.method == "POST") return worker_events(id, json::parse(req.body));
-  return control::error_reply(404, "no such worker endpoint");
 }
 
 net::HttpResponse Head::route_actor(const net::HttpRequest& req, const std::string& rest) {
@@ -164,99 +153,6 @@ net::HttpResponse Head::route_group(const net::HttpRequest& req, const std::stri
   if (verb.empty() && req.method == "GET") return get_group(id, std::chrono::milliseconds(wait_ms_of(req)));
   if (verb == "remove" && req.method == "POST") return remove_group(id);
   return control::error_reply(404, "no such placement group endpoint");
-}
-
-// ---- nodes ----
-
-net::HttpResponse Head::register_node(const json& body) {
-  if (!body.is_object()) return control::error_reply(400, "a node registration is a JSON object");
-  NodeRecord rec;
-  const auto resources = field<std::string>(body, "resources");
-  auto total = placement::Resources::parse(resources);
-  if (!total.ok()) return control::error_reply(400, "bad resources '" + resources + "': " + total.error().message);
-  rec.total = *total;
-  rec.address = body.value("address", "127.0.0.1");
-  rec.hostname = body.value("hostname", "");
-  rec.pid = body.value("pid", std::int64_t{0});
-  std::lock_guard lk(mu_);
-  auto id = state_->register_node(std::move(rec));
-  if (!id.ok()) return error_reply(id.error());
-  changed();
-  return reply(200, json{{"node_id", *id}, {"session_dir", config_.session_dir},
-                         {"poll_hold_ms", config_.poll_hold.count()}});
-}
-
-net::HttpResponse Head::poll_node(std::uint64_t id) {
-  std::unique_lock lk(mu_);
-  auto state = state_->node_seen(id);
-  if (!state.ok()) return error_reply(state.error());
-  if (*state == NodeState::Alive) {
-    cv_.wait_for(lk, config_.poll_hold, [&] {
-      auto* n = state_->nodes().find(id);
-      return stopping_ || n == nullptr || !n->commands.empty() || n->rec.state != NodeState::Alive;
-    });
-    state = state_->node_seen(id);
-    if (!state.ok()) return error_reply(state.error());
-  }
-  json cmds = json::array();
-  for (const auto& c : state_->take_node_commands(id)) cmds.push_back(c.to_json());
-  return reply(200, json{{"state", std::string(to_string(*state))}, {"commands", cmds}});
-}
-
-net::HttpResponse Head::node_events(std::uint64_t id, const json& body) {
-  std::lock_guard lk(mu_);
-  for (const auto& e : events_of(body)) {
-    if (!e.is_object() || e.value("kind", "") != "worker_exited") continue;
-    auto st = state_->worker_exited(id, field<std::uint64_t>(e, "worker_id"), e.value("status", std::string("?")));
-    if (!st.ok()) return error_reply(st.error());
-  }
-  if (state_->nodes().find(id) == nullptr) return error_reply(Error{ControlCode::NotFound, "unknown node " + std::to_string(id)});
-  changed();
-  return reply(200, json::object());
-}
-
-// ---- workers ----
-
-net::HttpResponse Head::worker_ready(std::uint64_t id, const json& body) {
-  if (!body.is_object()) return control::error_reply(400, "a ready report is a JSON object");
-  auto gateway = field<std::string>(body, "gateway");
-  std::lock_guard lk(mu_);
-  auto state = state_->worker_ready(id, std::move(gateway), body.value("pid", std::int64_t{0}));
-  if (!state.ok()) return error_reply(state.error());
-  return reply(200, json{{"state", std::string(to_string(*state))}});
-}
-
-net::HttpResponse Head::poll_worker(std::uint64_t id) {
-  std::unique_lock lk(mu_);
-  auto state = state_->worker_state(id);
-  if (!state.ok()) return error_reply(state.error());
-  cv_.wait_for(lk, config_.poll_hold, [&] {
-    auto* w = state_->workers().find(id);
-    return stopping_ || w == nullptr || !w->commands.empty() || w->state == WorkerState::Dead;
-  });
-  state = state_->worker_state(id);
-  if (!state.ok()) return error_reply(state.error());
-  json cmds = json::array();
-  for (const auto& c : state_->take_worker_commands(id)) cmds.push_back(c.to_json());
-  return reply(200, json{{"state", std::string(to_string(*state))}, {"commands", cmds}});
-}
-
-net::HttpResponse Head::worker_events(std::uint64_t id, const json& body) {
-  std::vector<ActorEvent> events;
-  for (const auto& e : events_of(body)) {
-    if (!e.is_object()) return control::error_reply(400, "an event is a JSON object");
-    ActorEvent ev;
-    ev.actor = field<std::uint64_t>(e, "actor_id");
-    ev.incarnation = e.value("incarnation", std::uint64_t{0});
-    ev.ready = e.value("kind", "") == "actor_ready";
-    ev.reason = e.value("reason", std::string());
-    events.push_back(std::move(ev));
-  }
-  std::lock_guard lk(mu_);
-  auto st = state_->actor_events(id, events);
-  if (!st.ok()) return error_reply(st.error());
-  changed();
-  return reply(200, json::object());
 }
 
 // ---- actors ----
@@ -364,7 +260,7 @@ net::HttpResponse Head::status() {
   for (const auto& [gid, rec] : state_->groups().all()) {
     if (auto g = state_->group(gid)) groups.push_back(group_json(*g));
   }
-  return reply(200, json{{"head", address()}, {"session_dir", config_.session_dir},
+  return reply(200, json{{"head", address()}, {"link", link_address_}, {"session_dir", config_.session_dir},
                          {"logs", (std::filesystem::path(config_.session_dir) / "logs").string()},
                          {"nodes", nodes}, {"actors", actors}, {"placement_groups", groups}});
 }
@@ -405,13 +301,177 @@ void Head::detector_loop() {
   while (!stopping_) {
     cv_.wait_for(lk, std::chrono::milliseconds(100));   // a clock, not a poll: node deadlines pass without an event
     if (stopping_) break;
-    if (state_->expire_nodes(config_.node_timeout)) changed();
+    for (const auto& [l, peer] : peers_) {   // a node with an open link is alive: its link watches it
+      if (peer.role == Peer::Role::Node && !peer.link->closed()) (void)state_->node_seen(peer.id);
+    }
+    if (state_->expire_nodes(config_.node_timeout)) changed();   // nodes loaded from the store, never linked
   }
 }
 
 void Head::changed() {
   ++version_;
+  push();
+  push_directory();
   cv_.notify_all();
+}
+
+// ---- links ----
+
+void Head::on_link(const std::shared_ptr<net::Link>& link) {
+  {
+    std::lock_guard lk(mu_);
+    peers_[link.get()] = Peer{Peer::Role::Unknown, 0, false, link};
+  }
+  link->set_handlers([this](net::Link& l, char kind, std::vector<char>& body) { on_link_message(l, kind, body); },
+                     [this](net::Link& l, net::LinkEnd end, const std::string& why) { on_link_closed(l, end, why); });
+}
+
+void Head::on_link_message(net::Link& link, char kind, std::vector<char>& body) {
+  json msg;
+  try {
+    msg = net::decode_control(body);
+  } catch (const std::exception& e) {
+    spdlog::warn("head: closing the link from {} ({}): {}", link.address(), link.peer().role, e.what());
+    link.close(e.what());
+    return;
+  }
+  std::lock_guard lk(mu_);
+  auto it = peers_.find(&link);
+  if (it == peers_.end() || stopping_) return;
+  Peer& peer = it->second;
+  try {
+    if (kind == net::head_kind::kHello) hello(peer, msg);
+    else if (peer.role != Peer::Role::Unknown && kind == net::head_kind::kEvents) events(peer, msg);
+    else throw ErrorException(Error{ControlCode::BadRequest, std::string("unexpected message kind '") + kind + "'"});
+  } catch (const ErrorException& e) {   // a bad message closes its link, nothing else
+    spdlog::warn("head: closing the link from {} ({}): {}", link.address(), link.peer().role, e.error().message);
+    if (kind == net::head_kind::kHello) link.send(net::head_kind::kWelcome, net::encode_control(json{{"error", e.error().message}}));
+    link.close(e.error().message);
+    return;
+  } catch (const json::exception& e) {
+    spdlog::warn("head: closing the link from {}: {}", link.address(), e.what());
+    link.close(e.what());
+    return;
+  }
+  changed();
+}
+
+void Head::hello(Peer& peer, const json& body) {
+  const auto role = field<std::string>(body, "role");
+  if (peer.role != Peer::Role::Unknown && !(peer.role == Peer::Role::Driver && role == "worker")) {
+    throw ErrorException(Error{ControlCode::BadRequest, "this link has said hello already"});
+  }
+  json welcome;
+  if (role == "node") {
+    NodeRecord rec;
+    const auto resources = field<std::string>(body, "resources");
+    auto total = placement::Resources::parse(resources);
+    if (!total.ok()) throw ErrorException(Error{ControlCode::BadRequest, "bad resources '" + resources + "': " + total.error().message});
+    rec.total = *total;
+    rec.address = body.value("address", "127.0.0.1");
+    rec.hostname = body.value("hostname", "");
+    rec.pid = body.value("pid", std::int64_t{0});
+    auto id = state_->register_node(std::move(rec));
+    if (!id.ok()) throw ErrorException(id.error());
+    peer.role = Peer::Role::Node;
+    peer.id = *id;
+    welcome = json{{"node_id", *id}, {"session_dir", config_.session_dir}};
+  } else if (role == "worker") {
+    const auto id = field<std::uint64_t>(body, "worker_id");
+    auto state = state_->worker_ready(id, field<std::string>(body, "gateway"), body.value("pid", std::int64_t{0}));
+    if (!state.ok()) throw ErrorException(state.error());
+    if (*state == WorkerState::Dead) throw ErrorException(Error{ControlCode::Conflict, "worker " + std::to_string(id) + " was retired"});
+    peer.role = Peer::Role::Worker;
+    peer.id = id;
+    welcome = json{{"state", std::string(to_string(*state))}};
+  } else if (role == "driver") {
+    peer.role = Peer::Role::Driver;
+    peer.directory = true;
+    welcome = json{{"version", version_}};
+  } else {
+    throw ErrorException(Error{ControlCode::BadRequest, "unknown role '" + role + "'"});
+  }
+  peer.link->send(net::head_kind::kWelcome, net::encode_control(welcome));
+}
+
+void Head::events(Peer& peer, const json& body) {
+  const json& list = events_of(body);
+  if (peer.role == Peer::Role::Node) {
+    for (const auto& e : list) {
+      if (!e.is_object() || e.value("kind", "") != "worker_exited") continue;
+      auto st = state_->worker_exited(peer.id, field<std::uint64_t>(e, "worker_id"), e.value("status", std::string("?")));
+      if (!st.ok()) throw ErrorException(st.error());
+    }
+  } else if (peer.role == Peer::Role::Worker) {
+    std::vector<ActorEvent> events;
+    for (const auto& e : list) {
+      if (!e.is_object()) throw ErrorException(Error{ControlCode::BadRequest, "an event is a JSON object"});
+      ActorEvent ev;
+      ev.actor = field<std::uint64_t>(e, "actor_id");
+      ev.incarnation = e.value("incarnation", std::uint64_t{0});
+      ev.ready = e.value("kind", "") == "actor_ready";
+      ev.reason = e.value("reason", std::string());
+      events.push_back(std::move(ev));
+    }
+    auto st = state_->actor_events(peer.id, events);
+    if (!st.ok()) throw ErrorException(st.error());
+  }
+}
+
+void Head::on_link_closed(net::Link& link, net::LinkEnd end, const std::string& why) {
+  std::lock_guard lk(mu_);
+  auto it = peers_.find(&link);
+  if (it == peers_.end()) return;
+  const Peer peer = it->second;
+  peers_.erase(it);
+  // Closed here too: a node or worker already retired (nothing changes then), or one whose link
+  // sent a bad message (it is lost like any other).
+  (void)end;
+  if (stopping_) return;
+  if (peer.role == Peer::Role::Node) {
+    (void)state_->node_gone(peer.id, "its daemon's link ended: " + why);
+  } else if (peer.role == Peer::Role::Worker) {
+    // Its process is gone, frozen, or cut off from the head: no order reaches it any more. Its
+    // node's daemon is told to kill it; its actors restart elsewhere (or are buried).
+    if (auto* w = state_->workers().find(peer.id); w != nullptr) {
+      (void)state_->worker_exited(w->node, peer.id, "its link ended: " + why);
+    }
+  }
+  changed();
+}
+
+void Head::push() {
+  for (auto& [l, peer] : peers_) {
+    if (peer.link->closed()) continue;
+    if (peer.role == Peer::Role::Node) {
+      for (const auto& c : state_->take_node_commands(peer.id)) peer.link->send(net::head_kind::kOrder, net::encode_control(c.to_json()));
+      const auto* n = state_->nodes().find(peer.id);
+      if (n == nullptr || n->rec.state == NodeState::Dead) peer.link->close("the head declared this node dead");   // FT-3
+    } else if (peer.role == Peer::Role::Worker) {
+      for (const auto& c : state_->take_worker_commands(peer.id)) peer.link->send(net::head_kind::kOrder, net::encode_control(c.to_json()));
+      auto state = state_->worker_state(peer.id);
+      if (!state.ok() || *state == WorkerState::Dead) peer.link->close("the head retired this worker");
+    }
+  }
+}
+
+void Head::push_directory() {
+  const bool any_driver = std::any_of(peers_.begin(), peers_.end(), [](const auto& p) { return p.second.directory; });
+  if (!any_driver) return;
+  json changed_actors = json::array();
+  for (const auto& [id, a] : state_->actors().all()) {
+    json j = actor_json(a);
+    std::string text = j.dump();
+    auto& last = pushed_actors_[id];
+    if (last == text) continue;
+    last = std::move(text);
+    changed_actors.push_back(std::move(j));
+  }
+  if (changed_actors.empty()) return;
+  const auto body = net::encode_control(json{{"version", version_}, {"actors", changed_actors}});
+  for (auto& [l, peer] : peers_) {
+    if (peer.directory && !peer.link->closed()) peer.link->send(net::head_kind::kDirectory, body);
+  }
 }
 
 }  // namespace troupe::control

@@ -122,6 +122,13 @@ Status HeadState::worker_exited(std::uint64_t node, std::uint64_t worker, const 
   return {};
 }
 
+Status HeadState::node_gone(std::uint64_t id, const std::string& why) {
+  NodeManager::Node* n = nodes_.find(id);
+  if (n == nullptr) return Error{ControlCode::NotFound, "unknown node " + std::to_string(id)};
+  if (n->rec.state == NodeState::Alive) node_dead(*n, why);
+  return {};
+}
+
 bool HeadState::expire_nodes(std::chrono::milliseconds timeout) {
   const auto now = std::chrono::steady_clock::now();
   bool any = false;

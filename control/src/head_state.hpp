@@ -33,10 +33,12 @@ class HeadState {
 
   // Nodes.
   Result<std::uint64_t> register_node(NodeRecord rec);   // rec.total must be valid; the id is assigned
-  // A poll from a node's daemon: it is alive. NotFound for an unknown id.
+  // A node's daemon was heard from (its link is open): it is alive. NotFound for an unknown id.
   Result<NodeState> node_seen(std::uint64_t id);
   std::vector<NodeCommand> take_node_commands(std::uint64_t id);
   Status worker_exited(std::uint64_t node, std::uint64_t worker, const std::string& how);
+  // Its daemon is gone (its link ended): the node dies now. NotFound for an unknown id.
+  Status node_gone(std::uint64_t id, const std::string& why);
   // Nodes not heard from for `timeout` die; true when one did.
   bool expire_nodes(std::chrono::milliseconds timeout);
 

@@ -26,62 +26,63 @@ std::string NodeDaemon::detect_resources() {
   return "CPU=" + std::to_string(cores > 0 ? cores : 1) + ",memory=" + std::to_string(pages > 0 ? pages * page : 0);
 }
 
-json NodeDaemon::post(const std::string& target, const json& body, std::chrono::milliseconds timeout) {
-  auto res = net::http_call(config_.head_host, config_.head_port, "POST", target, body.dump(), config_.token, timeout);
-  json parsed = json::parse(res.body, nullptr, false);
-  if (res.status != 200) {
-    std::string why = parsed.is_object() ? parsed.value("error", res.body) : res.body;
-    throw std::runtime_error("head answered " + std::to_string(res.status) + ": " + why);
+std::string NodeDaemon::head_link(std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    try {
+      auto res = net::http_call(config_.head_host, config_.head_port, "GET", "/api/v1/link", "", config_.token,
+                                std::chrono::seconds(5));
+      json parsed = json::parse(res.body, nullptr, false);
+      if (res.status != 200) {
+        std::string why = parsed.is_object() ? parsed.value("error", res.body) : res.body;
+        throw std::runtime_error("head answered " + std::to_string(res.status) + ": " + why);
+      }
+      if (!parsed.is_object() || !parsed.contains("link")) throw std::runtime_error("head sent no link address");
+      return parsed.at("link").get<std::string>();
+    } catch (const ErrorException& e) {   // not up yet (NetCode::Unreachable): retry until the deadline
+      if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("cannot reach the head: " + e.error().message);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));   // back-off: the head is not listening yet
+    }
   }
-  if (parsed.is_discarded()) throw std::runtime_error("head sent a body that is not JSON");
-  return parsed;
 }
 
 void NodeDaemon::start(std::chrono::milliseconds timeout) {
   char host[256] = {0};
   ::gethostname(host, sizeof host - 1);
-  json req{{"address", config_.advertise}, {"hostname", host}, {"resources", config_.resources}, {"pid", ::getpid()}};
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    try {
-      node_id_ = post("/api/v1/nodes", req, std::chrono::seconds(5)).at("node_id").get<std::uint64_t>();
-      break;
-    } catch (const ErrorException& e) {   // not up yet (NetCode::Unreachable): retry until the deadline
-      if (std::chrono::steady_clock::now() > deadline) {
-        throw std::runtime_error("cannot reach the head: " + e.error().message);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto link = head_link(deadline);
+  hub_ = std::make_unique<net::LinkHub>(config_.token, net::self_identity("node daemon"));
+  json hello{{"role", "node"}, {"address", config_.advertise}, {"hostname", host}, {"resources", config_.resources},
+             {"pid", ::getpid()}};
+  try {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    head_ = std::make_unique<net::HeadSession>(*hub_, link, hello, std::max(left, std::chrono::milliseconds(1000)));
+    node_id_ = head_->welcome().at("node_id").get<std::uint64_t>();
+  } catch (const std::exception& e) {   // ErrorException (NetCode), or a welcome without an id
+    hub_->stop();
+    throw std::runtime_error(std::string("the head did not register this node: ") + e.what());
   }
   std::filesystem::create_directories(std::filesystem::path(config_.session_dir) / "logs");
   spdlog::info("node {}: registered with {}:{} ({})", node_id_, config_.head_host, config_.head_port, config_.resources);
-  poller_ = std::thread([this] { poll_loop(); });
+  orders_ = std::thread([this] { order_loop(); });
   reaper_ = std::thread([this] { reap_loop(); });
 }
 
-void NodeDaemon::poll_loop() {
-  std::string target = "/api/v1/nodes/" + std::to_string(node_id_) + "/poll";
-  while (!stopping_) {
-    json res;
-    try {
-      res = post(target, json::object(), std::chrono::seconds(10));
-    } catch (const std::exception& e) {
-      spdlog::warn("node {}: poll failed: {}", node_id_, e.what());
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      continue;
-    }
-    if (res.value("state", "") == "dead") {   // FT-3: a dead node stays dead
-      spdlog::error("node {}: the head declared this node dead; stopping its workers", node_id_);
-      finished_ = true;
+// Every order is pushed on the link; nothing wakes here but an order or the link's end.
+void NodeDaemon::order_loop() {
+  for (;;) {
+    auto msg = head_->next(std::chrono::hours(1));
+    if (!msg) continue;
+    if (msg->kind == 0) {
+      if (stopping_) return;
+      spdlog::error("node {}: the link to the head ended ({}); stopping its workers", node_id_, msg->body.value("why", ""));
+      finished_ = true;   // FT-3: a node the head declared dead stays dead
       break;
     }
-    for (const auto& cmd : res.value("commands", json::array())) run(cmd);
+    run(msg->body);
   }
-  if (finished_) {
-    std::map<std::uint64_t, pid_t> all;
-    { std::lock_guard lk(mu_); all.swap(workers_); }
-    for (auto& [id, pid] : all) terminate_process(pid, 1000);
-  }
+  std::map<std::uint64_t, pid_t> all;
+  { std::lock_guard lk(mu_); all.swap(workers_); }
+  for (auto& [id, pid] : all) terminate_process(pid, 1000);
 }
 
 void NodeDaemon::run(const json& cmd) {
@@ -122,7 +123,6 @@ void NodeDaemon::kill_worker(std::uint64_t worker_id) {
 }
 
 void NodeDaemon::reap_loop() {
-  std::string target = "/api/v1/nodes/" + std::to_string(node_id_) + "/events";
   while (!stopping_ && !finished_) {
     json events = json::array();
     {
@@ -147,12 +147,8 @@ void NodeDaemon::reap_loop() {
         ++it;
       }
     }
-    if (!events.empty()) {
-      try {
-        post(target, json{{"events", events}}, std::chrono::seconds(5));
-      } catch (const std::exception& e) {
-        spdlog::error("node {}: could not report worker exits: {}", node_id_, e.what());
-      }
+    if (!events.empty() && !head_->send(net::head_kind::kEvents, json{{"events", events}})) {
+      spdlog::error("node {}: could not report worker exits: the link to the head has ended", node_id_);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -160,8 +156,10 @@ void NodeDaemon::reap_loop() {
 
 void NodeDaemon::stop() {
   if (stopping_.exchange(true)) return;
-  if (poller_.joinable()) poller_.join();
+  if (head_) head_->close();
+  if (orders_.joinable()) orders_.join();
   if (reaper_.joinable()) reaper_.join();
+  if (hub_) hub_->stop();
   std::map<std::uint64_t, pid_t> all;
   std::map<pid_t, std::chrono::steady_clock::time_point> ending;
   { std::lock_guard lk(mu_); all.swap(workers_); ending.swap(terminating_); }

@@ -1,5 +1,5 @@
-// The head in-process: its HTTP API refuses bad tokens and bad bodies with clear errors and keeps
-// what it stored; the SQLite store round-trips records, refuses stores it did not write, and a
+// The head in-process: its HTTP API and its links refuse bad tokens, bad bodies and bad messages
+// with clear errors and keep what they stored; orders are pushed on the links; the SQLite store round-trips records, refuses stores it did not write, and a
 // head started on another head's store finds its nodes, actors and groups.
 #include <doctest/doctest.h>
 
@@ -12,7 +12,9 @@
 #include "support/temp_dir.hpp"
 #include "troupe/control/head.hpp"
 #include "troupe/control/store.hpp"
+#include "troupe/net/head_link.hpp"
 #include "troupe/net/http.hpp"
+#include "troupe/net/link.hpp"
 
 using nlohmann::json;
 namespace control = troupe::control;
@@ -27,6 +29,42 @@ net::HttpResponse call(const control::Head& h, const std::string& method, const 
   return net::http_call("127.0.0.1", h.port(), method, target, body, token, std::chrono::seconds(5));
 }
 
+// A node daemon's or a worker's side of its link to the head, without the process around it.
+struct LinkPeer {
+  explicit LinkPeer(const std::string& token = "secret") : hub(token, net::self_identity("test")) {}
+  std::unique_ptr<net::HeadSession> hello(const control::Head& h, const json& body) {
+    return std::make_unique<net::HeadSession>(hub, h.link_address(), body, std::chrono::seconds(5));
+  }
+  std::unique_ptr<net::HeadSession> node(const control::Head& h, const std::string& resources, const std::string& hostname = "") {
+    return hello(h, json{{"role", "node"}, {"address", "127.0.0.1"}, {"hostname", hostname}, {"resources", resources}});
+  }
+  net::LinkHub hub;
+};
+
+json status_of(const control::Head& h) { return json::parse(call(h, "GET", "/api/v1/status", "").body); }
+
+// The first order pushed to `s` of `kind`, waiting up to 5 s; null if none came.
+json order(net::HeadSession& s, const std::string& kind) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto m = s.next(std::chrono::milliseconds(200));
+    if (m && m->kind == net::head_kind::kOrder && m->body.value("kind", "") == kind) return m->body;
+    if (m && m->kind == 0) return nullptr;
+  }
+  return nullptr;
+}
+
+// Waits up to 5 s for `pred` over the head's status.
+template <class Pred>
+bool status_until(const control::Head& h, Pred pred) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred(status_of(h))) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
 }  // namespace
 
 TEST_CASE("the head refuses calls without the cluster token") {
@@ -39,31 +77,99 @@ TEST_CASE("the head refuses calls without the cluster token") {
   CHECK(json::parse(ok.body)["nodes"].empty());
 }
 
-TEST_CASE("bad bodies get a 400 with a reason and change nothing") {
+TEST_CASE("bad bodies and bad hellos are refused with a reason and change nothing") {
   TempDir dir;
   control::Head head(control::HeadConfig{"127.0.0.1", 0, "secret", dir.path});
-  auto good = call(head, "POST", "/api/v1/nodes", R"({"address":"127.0.0.1","resources":"CPU=2"})");
-  REQUIRE(good.status == 200);
-  for (const char* body : {"", "{", "[1,2]", R"({"resources":"CPU=two"})", R"({"resources":"GPU=1.5,GPU=1"})"}) {
-    auto r = call(head, "POST", "/api/v1/nodes", body);
-    CHECK(r.status == 400);
-    CHECK(json::parse(r.body).contains("error"));
+  LinkPeer peer;
+  auto good = peer.node(head, "CPU=2");
+  CHECK(good->welcome().value("node_id", std::uint64_t{0}) == 1);
+  for (const json& hello : {json{{"role", "node"}, {"resources", "CPU=two"}}, json{{"role", "node"}, {"resources", "GPU=1.5,GPU=1"}},
+                            json{{"role", "node"}}, json{{"role", "mayor"}}, json{{"resources", "CPU=1"}},
+                            json{{"role", "worker"}, {"worker_id", 99}, {"gateway", "127.0.0.1:1"}}}) {
+    CAPTURE(hello.dump());
+    try {
+      (void)peer.hello(head, hello);
+      FAIL("the head welcomed a bad hello");
+    } catch (const troupe::ErrorException& e) {
+      CHECK(e.code() == troupe::NetCode::Refused);
+      CHECK(std::string(e.what()).find("the head refused") != std::string::npos);
+    }
   }
+  LinkPeer wrong("secrex");
+  CHECK_THROWS_AS(wrong.node(head, "CPU=1"), troupe::ErrorException);   // the handshake fails: no hello is read
   auto bad_actor = call(head, "POST", "/api/v1/actors", R"({"type":"X","ctor_signature":"s","ctor_args":"00","binary":"/bin/true","resources":"CPU=-1"})");
   CHECK(bad_actor.status == 400);
   CHECK(call(head, "POST", "/api/v1/actors", R"({"type":"X"})").status == 400);   // fields missing
+  CHECK(call(head, "POST", "/api/v1/actors", "[1,2]").status == 400);
+  CHECK(call(head, "POST", "/api/v1/actors", "{").status == 400);
   CHECK(call(head, "GET", "/api/v1/actors/notanumber", "").status == 404);
   CHECK(call(head, "GET", "/api/v1/nowhere", "").status == 404);
-  auto status = json::parse(call(head, "GET", "/api/v1/status", "").body);
+  CHECK(call(head, "POST", "/api/v1/nodes", R"({"resources":"CPU=2"})").status == 404);   // nodes join on a link
+  auto status = status_of(head);
   CHECK(status["nodes"].size() == 1);
+  CHECK(status["nodes"][0].value("state", "") == "alive");
   CHECK(status["actors"].empty());
+  CHECK_FALSE(good->ended());
+}
+
+TEST_CASE("orders are pushed on a node's link, a bad message closes only its link, and a node whose link ends is dead") {
+  TempDir dir;
+  control::Head head(control::HeadConfig{"127.0.0.1", 0, "secret", dir.path});
+  LinkPeer peer;
+  auto node = peer.node(head, "CPU=2");
+  const auto node_id = node->welcome().at("node_id").get<std::uint64_t>();
+  auto spawned = json::parse(call(head, "POST", "/api/v1/actors",
+      R"({"type":"T","ctor_signature":"s","ctor_args":"","binary":"/bin/true","resources":"CPU=1"})").body);
+  REQUIRE(spawned.contains("actor_id"));
+  json start = order(*node, "start_worker");   // pushed: the node never asked
+  REQUIRE_FALSE(start.is_null());
+  CHECK(start.value("binary", "") == "/bin/true");
+  const auto worker = start.at("worker_id").get<std::uint64_t>();
+
+  // The worker says hello and is pushed its spawn order; its readiness reaches the actor's record.
+  auto w = peer.hello(head, json{{"role", "worker"}, {"worker_id", worker}, {"gateway", "127.0.0.1:5"}, {"pid", 5}});
+  json spawn = order(*w, "spawn");
+  REQUIRE_FALSE(spawn.is_null());
+  CHECK(spawn.at("actor_id") == spawned.at("actor_id"));
+  REQUIRE(w->send(net::head_kind::kEvents, json{{"events", json::array({json{{"kind", "actor_ready"},
+      {"actor_id", spawn.at("actor_id")}, {"incarnation", spawn.at("incarnation")}}})}}));
+  CHECK(status_until(head, [](const json& st) { return st["actors"][0].value("state", "") == "alive"; }));
+
+  // Messages that are no control message, or of a kind the head does not take, close their link only.
+  auto raw = peer.hub.connect(head.link_address(), [](net::Link&, char, std::vector<char>&) {}, [](net::Link&, net::LinkEnd, const std::string&) {},
+                              std::chrono::seconds(5));
+  const std::string junk = "not json";
+  REQUIRE(raw->send('H', junk.data(), junk.size()));
+  auto raw2 = peer.hub.connect(head.link_address(), [](net::Link&, char, std::vector<char>&) {}, [](net::Link&, net::LinkEnd, const std::string&) {},
+                               std::chrono::seconds(5));
+  REQUIRE(raw2->send('Z', std::vector<char>{'{', '}'}));
+  REQUIRE(w->send(net::head_kind::kEvents, json{{"events", "all of them"}}));   // a bad events body: the worker's link
+  for (int i = 0; i < 250 && !(raw->closed() && raw2->closed() && w->ended()); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(raw->closed());
+  CHECK(raw2->closed());
+  CHECK(w->ended());
+  CHECK_FALSE(node->ended());
+  CHECK(status_of(head)["nodes"][0].value("state", "") == "alive");
+
+  // The worker's link ended: the head orders its node to kill it, and restarts nothing (max_restarts 0).
+  json kill = order(*node, "kill_worker");
+  REQUIRE_FALSE(kill.is_null());
+  CHECK(kill.at("worker_id") == worker);
+  CHECK(status_until(head, [](const json& st) { return st["actors"][0].value("state", "") == "dead"; }));
+
+  node->close();   // the daemon is gone: its node is dead at once, not after node_timeout
+  CHECK(status_until(head, [&](const json& st) {
+    return st["nodes"][0].value("id", std::uint64_t{0}) == node_id && st["nodes"][0].value("state", "") == "dead";
+  }));
 }
 
 TEST_CASE("the head writes the nodes it registers to its SQLite store, which round-trips records byte-exact") {
   TempDir dir;
   {
-    control::Head head(control::HeadConfig{"127.0.0.1", 0, "secret", dir.path});
-    REQUIRE(call(head, "POST", "/api/v1/nodes", R"({"address":"127.0.0.1","resources":"CPU=2"})").status == 200);
+    LinkPeer peer;
+    auto head = std::make_unique<control::Head>(control::HeadConfig{"127.0.0.1", 0, "secret", dir.path});
+    auto node = peer.node(*head, "CPU=2");
+    head.reset();   // before the link ends: the node is stored alive
   }
   auto store = control::open_sqlite_store((std::filesystem::path(dir.path) / "store.db").string());
   auto nodes = store->nodes();
@@ -153,10 +259,12 @@ TEST_CASE("a head started on the store another head wrote finds the same nodes, 
   std::uint64_t last_actor = 0;
   std::uint64_t next_worker_seen = 0;
   {
-    control::Head head(control::HeadConfig{"127.0.0.1", 0, "secret", dir.path});
-    auto n1 = json::parse(call(head, "POST", "/api/v1/nodes", R"({"address":"127.0.0.1","hostname":"a","resources":"CPU=2"})").body);
-    auto n2 = json::parse(call(head, "POST", "/api/v1/nodes", R"({"address":"127.0.0.1","hostname":"b","resources":"CPU=2"})").body);
-    REQUIRE(n1.at("node_id") != n2.at("node_id"));
+    LinkPeer peer;
+    auto owner = std::make_unique<control::Head>(control::HeadConfig{"127.0.0.1", 0, "secret", dir.path});
+    control::Head& head = *owner;
+    auto n1 = peer.node(head, "CPU=2", "a");
+    auto n2 = peer.node(head, "CPU=2", "b");
+    REQUIRE(n1->welcome().at("node_id") != n2->welcome().at("node_id"));
     auto group = json::parse(call(head, "POST", "/api/v1/placement_groups", R"({"bundles":["CPU=1","CPU=1"],"strategy":"STRICT_SPREAD"})").body);
     REQUIRE(group.value("state", "") == "CREATED");
     const auto gid = group.at("id").get<std::uint64_t>();
@@ -175,13 +283,16 @@ TEST_CASE("a head started on the store another head wrote finds the same nodes, 
     auto a1_view = json::parse(call(head, "GET", "/api/v1/actors/" + std::to_string(a1), "").body);
     const auto worker = a1_view.at("worker").get<std::uint64_t>();
     REQUIRE(worker != 0);
-    const auto wpath = "/api/v1/workers/" + std::to_string(worker);
-    REQUIRE(call(head, "POST", wpath + "/ready", R"({"gateway":"127.0.0.1:4242","pid":4242})").status == 200);
-    REQUIRE(call(head, "POST", wpath + "/events",
-                 json{{"events", json::array({json{{"kind", "actor_ready"}, {"actor_id", a1},
-                                                   {"incarnation", a1_view.at("incarnation")}}})}}.dump()).status == 200);
-    before = json::parse(call(head, "GET", "/api/v1/status", "").body);
+    auto w = peer.hello(head, json{{"role", "worker"}, {"worker_id", worker}, {"gateway", "127.0.0.1:4242"}, {"pid", 4242}});
+    REQUIRE(w->send(net::head_kind::kEvents, json{{"events", json::array({json{{"kind", "actor_ready"}, {"actor_id", a1},
+                                                  {"incarnation", a1_view.at("incarnation")}}})}}));
+    REQUIRE(status_until(head, [&](const json& st) {
+      for (const auto& a : st["actors"]) if (a.value("id", std::uint64_t{0}) == a1) return a.value("state", "") == "alive";
+      return false;
+    }));
+    before = status_of(head);
     next_worker_seen = worker;
+    owner.reset();   // before the links end: what it stored is what it knew
   }
   control::Head head(control::HeadConfig{"127.0.0.1", 0, "secret", dir.path});
   auto after = json::parse(call(head, "GET", "/api/v1/status", "").body);
@@ -216,7 +327,9 @@ TEST_CASE("a head started on the store another head wrote finds the same nodes, 
   CHECK(fresh.at("actor_id").get<std::uint64_t>() > last_actor);
   auto fresh_view = json::parse(call(head, "GET", "/api/v1/actors/" + std::to_string(fresh.at("actor_id").get<std::uint64_t>()), "").body);
   CHECK(fresh_view.at("worker").get<std::uint64_t>() > next_worker_seen);
-  CHECK(call(head, "POST", "/api/v1/workers/" + std::to_string(next_worker_seen) + "/poll", "{}").status == 200);
+  LinkPeer again;   // the loaded worker is known: it may say hello (live reconnection comes with head restart)
+  auto w = again.hello(head, json{{"role", "worker"}, {"worker_id", next_worker_seen}, {"gateway", "127.0.0.1:4242"}, {"pid", 4242}});
+  CHECK(w->welcome().value("state", "") == "alive");
 }
 
 TEST_CASE("a placement group's GET with wait_ms is answered when the group's state changes, not at the wait") {
@@ -231,9 +344,11 @@ TEST_CASE("a placement group's GET with wait_ms is answered when the group's sta
   CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(250));
   CHECK(call(head, "GET", target + "?wait_ms=soon", "").status == 400);
 
+  LinkPeer peer;
+  std::unique_ptr<net::HeadSession> node;
   std::thread joiner([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    call(head, "POST", "/api/v1/nodes", R"({"address":"127.0.0.1","resources":"CPU=2,GPU=1"})");
+    node = peer.node(head, "CPU=2,GPU=1");
   });
   t0 = std::chrono::steady_clock::now();
   auto ready = json::parse(call(head, "GET", target + "?wait_ms=5000", "").body);

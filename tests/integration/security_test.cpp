@@ -1,5 +1,5 @@
-// SEC-1 at every door: well-formed messages of each protocol (link calls, spawn and kill over
-// HTTP) sent without the cluster token, or with a wrong one, to every TCP port the cluster's
+// SEC-1 at every door: well-formed messages of each protocol (link calls, the head's control
+// messages: a node's or a worker's hello and events; spawn and kill over HTTP) sent without the cluster token, or with a wrong one, to every TCP port the cluster's
 // processes listen on (read from /proc) change no state and kill nothing.
 #include <doctest/doctest.h>
 
@@ -78,6 +78,8 @@ std::string link_message(char kind, const std::vector<char>& body) {
   return f + std::string(body.begin(), body.end());
 }
 
+std::vector<char> as_bytes(const std::string& s) { return std::vector<char>(s.begin(), s.end()); }
+
 std::string http(const std::string& method, const std::string& target, const std::string& body,
                  const std::string& token) {
   std::string r = method + " " + target + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n";
@@ -107,7 +109,10 @@ TEST_CASE("SEC-1: messages without the token or with a wrong one, to every port 
     seen << (p == worker ? " worker" : " daemon") << " " << p << ":";
     for (auto port : found) seen << ' ' << port;
   }
-  REQUIRE(ports.size() >= 3);   // the head's HTTP port, the worker's link port, UCX's listener, ...
+  REQUIRE(ports.size() >= 4);   // the head's HTTP and link ports, the worker's link port, UCX's listener, ...
+  const std::string head_link = before.value("link", "");
+  REQUIRE_FALSE(head_link.empty());
+  CHECK(ports.count(std::uint16_t(std::stoul(head_link.substr(head_link.rfind(':') + 1)))) == 1);
   MESSAGE("listening ports:" << seen.str());
 
   // A call that would add 1000 to the victim, as a link message; spawn and kill over HTTP.
@@ -127,6 +132,12 @@ TEST_CASE("SEC-1: messages without the token or with a wrong one, to every port 
       poke(port, http("POST", kill_path, "{}", token));
       poke(port, http("POST", "/api/v1/actors", spawn_body, token));
       poke(port, http("POST", "/api/v1/nodes/1/events", R"({"events":[{"kind":"worker_exited"}]})", token));
+      // The head's control messages, unauthenticated: a node's hello, then the exit of every worker.
+      poke(port, link_message('H', as_bytes(R"({"role":"node","resources":"CPU=64"})")) +
+                     link_message('E', as_bytes(R"({"events":[{"kind":"worker_exited","worker_id":1},{"kind":"worker_exited","worker_id":2}]})")));
+      poke(port, link_message('H', as_bytes(R"({"role":"worker","worker_id":1,"gateway":"127.0.0.1:1"})")) +
+                     link_message('E', as_bytes(R"({"events":[{"kind":"actor_failed","actor_id":)" + std::to_string(victim.id()) +
+                                                R"(,"incarnation":1}]})")));
       net::LinkHub impostor(token.empty() ? "x" : token, net::self_identity("impostor"));
       try {   // a troupe process that holds another token: refused at the handshake
         auto link = impostor.connect("127.0.0.1:" + std::to_string(port), nullptr, nullptr, 2s);

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 
 #include "cluster/peers.hpp"
@@ -31,6 +33,13 @@ std::string self_binary() {
 ClusterClient::ClusterClient(detail::RuntimeImpl& rt, Peers& peers, HeadEndpoint head, detail::Timer* timer,
                              std::chrono::milliseconds call_timeout)
     : rt_(rt), peers_(peers), head_(std::move(head)), timer_(timer), call_timeout_(call_timeout) {
+  const auto link = call_head("GET", "/api/v1/link", nullptr).value("link", "");
+  try {
+    session_ = std::make_unique<net::HeadSession>(peers_.hub(), link, json{{"role", "driver"}, {"pid", ::getpid()}},
+                                                  std::chrono::seconds(10));
+  } catch (const ErrorException& e) {   // NetCode: Unreachable, Refused
+    throw CallError(Error{ErrorCode::Unavailable, "the head's link at " + link + ": " + e.error().message});
+  }
   peers_.on_loss([this](const net::Link& link, net::LinkEnd end, const std::string& why) { on_link_lost(link, end, why); });
   watcher_ = std::thread([this] { watch_loop(); });
 }
@@ -127,23 +136,42 @@ void ClusterClient::stop(bool keep_actors) {
       }
     }
   }
+  if (session_) session_->close();
   if (watcher_.joinable()) watcher_.join();
   peers_.on_loss(nullptr);   // the links stay the runtime's (Peers): it closes them when it stops
 }
 
+void ClusterClient::serve_as_worker(std::uint64_t id, const std::string& address, OrderHandler on_order) {
+  {
+    std::lock_guard lk(order_mu_);
+    on_order_ = std::move(on_order);
+  }
+  session_->send(net::head_kind::kHello, json{{"role", "worker"}, {"worker_id", id}, {"gateway", address},
+                                              {"pid", ::getpid()}});
+}
+
+bool ClusterClient::send_events(const json& events) {
+  return session_->send(net::head_kind::kEvents, json{{"events", events}});
+}
+
+// Waits for what the head pushes: no timer, no poll (stop() closes the link, which ends the wait).
 void ClusterClient::watch_loop() {
-  std::uint64_t since = 0;
-  while (!stopping_) {
-    json dir;
-    try {
-      dir = call_head("GET", "/api/v1/directory?since=" + std::to_string(since) + "&wait_ms=500", nullptr);
-    } catch (const CallError& e) {
-      spdlog::debug("directory: {}", e.what());
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (;;) {
+    auto msg = session_->next(std::chrono::hours(1));
+    if (!msg) continue;
+    if (msg->kind == net::head_kind::kDirectory) {
+      for (const auto& a : msg->body.value("actors", json::array())) {
+        if (a.is_object() && a.contains("id")) apply(a);
+      }
       continue;
     }
-    since = dir.value("version", since);
-    for (const auto& a : dir.value("actors", json::array())) apply(a);
+    json order = msg->kind == 0 ? json{{"kind", "head_lost"}, {"why", msg->body.value("why", std::string())}} : msg->body;
+    if (msg->kind == 0 && !stopping_) spdlog::warn("the link to the head ended: {}", order.value("why", ""));
+    {
+      std::lock_guard lk(order_mu_);
+      if (on_order_) on_order_(order);
+    }
+    if (msg->kind == 0) return;
   }
 }
 

@@ -1,11 +1,14 @@
-// ClusterClient: a process's link to the cluster. It asks the head to spawn and kill actors,
-// binds remote ActorCells to the worker processes that host them (following restarts through
-// the head's directory) with a LinkRoute on the link to that process (Peers), and turns the end of
-// a link into what it means for the calls on it. One per Runtime, created when the first remote
+// ClusterClient: a process's link to the cluster. It holds the process's one link to the head
+// (net/head_link.hpp), on which the head pushes the directory's changes (and, in a worker
+// process, the worker's orders); it asks the head to spawn and kill actors (HTTP, the operators'
+// API), binds remote ActorCells to the worker processes that host them (following restarts as the
+// head pushes them) with a LinkRoute on the link to that process (Peers), and turns the end of a
+// link into what it means for the calls on it. One per Runtime, created when the first remote
 // actor is spawned or referenced.
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -18,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actor_cell.hpp"
+#include "troupe/net/head_link.hpp"
 #include "troupe/net/link.hpp"
 #include "troupe/options.hpp"
 #include "troupe/registry.hpp"
@@ -38,6 +42,8 @@ struct HeadEndpoint {
 
 class ClusterClient {
  public:
+  // Opens the link to the head; throws CallError(Unavailable) if it cannot be reached in time,
+  // or refuses (a wrong token).
   ClusterClient(detail::RuntimeImpl& rt, Peers& peers, HeadEndpoint head, detail::Timer* timer,
                 std::chrono::milliseconds call_timeout);
   ~ClusterClient();   // stop()
@@ -58,6 +64,13 @@ class ClusterClient {
   nlohmann::json request(const std::string& method, const std::string& target, const nlohmann::json& body) {
     return call_head(method, target, body);
   }
+  // In a worker process: says hello as worker `id` (callers link to `address`) on the head link.
+  // `on_order` then gets, on the client's own thread, the head's welcome (its first call), each
+  // order, and {"kind": "head_lost", "why"} once if the link to the head ends.
+  using OrderHandler = std::function<void(const nlohmann::json& order)>;
+  void serve_as_worker(std::uint64_t id, const std::string& address, OrderHandler on_order);
+  // Reports events to the head ({"events": events}); false once the link to the head has ended.
+  bool send_events(const nlohmann::json& events);
   // A link to a worker ended (on the io thread): its actors' calls learn what that means.
   void on_link_lost(const net::Link& link, net::LinkEnd end, const std::string& why);
 
@@ -77,7 +90,10 @@ class ClusterClient {
   std::map<std::uint64_t, std::weak_ptr<detail::ActorCell>> cells_;
   std::set<std::uint64_t> owned_;
   std::atomic<bool> stopping_{false};
-  std::thread watcher_;
+  std::unique_ptr<net::HeadSession> session_;   // the link to the head
+  std::mutex order_mu_;
+  OrderHandler on_order_;
+  std::thread watcher_;   // takes what the head pushes
 };
 
 }  // namespace troupe::cluster

@@ -54,6 +54,7 @@ class Peers {
   // Closes every link and joins every thread. Idempotent.
   void stop();
   net::LinkHub::Counts counts() const { return hub_->counts(); }   // messages this process's links carried
+  net::LinkHub& hub() { return *hub_; }   // for the link to the head (ClusterClient)
 
  private:
   void on_message(net::Link& link, char kind, std::vector<char>& body);

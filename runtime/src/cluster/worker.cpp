@@ -4,13 +4,15 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <cstdlib>
+#include <deque>
+#include <mutex>
 
+#include "cluster/client.hpp"
 #include "cluster/peers.hpp"
 #include "runtime_impl.hpp"
-#include "troupe/net/address.hpp"
 #include "troupe/net/hex.hpp"
-#include "troupe/net/http.hpp"
 
 namespace troupe::detail {
 namespace {
@@ -31,9 +33,6 @@ std::string env_or_die(const char* name) {
 class Worker {
  public:
   explicit Worker(std::uint64_t id) : id_(id) {
-    auto [host, port] = net::split_address(env_or_die("TROUPE_HEAD"));
-    head_host_ = host;
-    head_port_ = port;
     token_ = env_or_die("TROUPE_TOKEN");
     bind_ = env_or_die("TROUPE_BIND");
     RuntimeConfig cfg = RuntimeConfig::from_env();
@@ -44,32 +43,40 @@ class Worker {
 
   [[noreturn]] void run() {
     std::string address;
+    cluster::ClusterClient* client = nullptr;
     try {   // callers link to this address (the head's directory calls it the worker's gateway)
       address = rt_->peers(token_, "worker " + std::to_string(id_)).listen(bind_);
+      client = &rt_->cluster();   // this process's link to the head
     } catch (const std::exception& e) {
       die(e.what());
     }
-    post("/ready", json{{"gateway", address}, {"pid", ::getpid()}});
+    client->serve_as_worker(id_, address, [this](const json& order) {
+      std::lock_guard lk(mu_);
+      orders_.push_back(order);
+      cv_.notify_one();
+    });
+    json welcome = next_order(kHeadLostAfter);
+    if (welcome.is_null()) die("the head sent no welcome in time");
+    if (welcome.contains("error")) die("the head refused this worker: " + welcome.value("error", std::string()));
     spdlog::info("worker {}: links at {}", id_, address);
-    auto last_ok = std::chrono::steady_clock::now();
-    for (;;) {
-      json res;
-      try {
-        res = post("/poll", json::object());
-        last_ok = std::chrono::steady_clock::now();
-      } catch (const std::exception& e) {
-        if (std::chrono::steady_clock::now() - last_ok > kHeadLostAfter) die(std::string("head unreachable: ") + e.what());
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
-        continue;
-      }
-      if (res.value("state", "") == "dead") die("the head retired this worker");
-      for (const auto& cmd : res.value("commands", json::array())) {
-        if (!run_command(cmd)) finish(0);
-      }
+    for (;;) {   // every order is pushed: nothing here wakes but an order
+      json order = next_order(std::chrono::hours(1));
+      if (order.is_null()) continue;
+      if (order.value("kind", "") == "head_lost") die("the head retired this worker, or is gone: " + order.value("why", ""));
+      if (!run_command(order)) finish(0);
     }
   }
 
  private:
+  // The next order from the head, or null after `timeout`.
+  json next_order(std::chrono::milliseconds timeout) {
+    std::unique_lock lk(mu_);
+    if (!cv_.wait_for(lk, timeout, [&] { return !orders_.empty(); })) return nullptr;
+    json o = std::move(orders_.front());
+    orders_.pop_front();
+    return o;
+  }
+
   // False when the worker should exit.
   bool run_command(const json& cmd) {
     std::string kind = cmd.value("kind", "");
@@ -114,19 +121,10 @@ class Worker {
   }
 
   void report(std::uint64_t id, std::uint64_t incarnation, const std::string& kind, const std::string& reason) {
-    try {
-      post("/events", json{{"events", json::array({json{{"kind", kind}, {"actor_id", id},
-                                                        {"incarnation", incarnation}, {"reason", reason}}})}});
-    } catch (const std::exception& e) {
-      spdlog::error("worker {}: could not report {} of actor {}: {}", id_, kind, id, e.what());
+    json event{{"kind", kind}, {"actor_id", id}, {"incarnation", incarnation}, {"reason", reason}};
+    if (!rt_->cluster().send_events(json::array({event}))) {
+      spdlog::error("worker {}: could not report {} of actor {}: the link to the head has ended", id_, kind, id);
     }
-  }
-
-  json post(const std::string& verb, const json& body) {
-    auto res = net::http_call(head_host_, head_port_, "POST", "/api/v1/workers/" + std::to_string(id_) + verb,
-                                  body.dump(), token_, std::chrono::seconds(10));
-    if (res.status != 200) throw std::runtime_error("head answered " + std::to_string(res.status) + ": " + res.body);
-    return json::parse(res.body);
   }
 
   [[noreturn]] void die(const std::string& why) {
@@ -142,9 +140,10 @@ class Worker {
   }
 
   std::uint64_t id_;
-  std::string head_host_;
-  std::uint16_t head_port_ = 0;
   std::string token_, bind_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<json> orders_;   // pushed by the head, taken by run()
   std::unique_ptr<RuntimeImpl> rt_;
 };
 

@@ -1,13 +1,17 @@
 // The head: the cluster's directory of nodes, workers, actors and placement groups, its failure
-// detector, and the HTTP API that daemons, workers, drivers and the CLI call (every call needs
-// the cluster token, SEC-1). The state is HeadState's (typed managers and their transitions, in
-// memory, written through to the Store: SQLite, WAL); this class adapts HTTP requests to it and
-// holds the long polls. A head started on a session directory that holds a store loads it.
+// detector, and the two doors into it. Troupe processes (node daemons, workers, drivers) hold a
+// link to it (net/head_link.hpp): they say who they are once and are then pushed their orders and
+// the directory's changes as they happen; a node whose link ends or falls silent is dead. The
+// HTTP API serves operators and clients that are no troupe process (CLI, spawn and kill, groups,
+// status). Both need the cluster token (SEC-1). The state is HeadState's (typed managers and their
+// transitions, in memory, written through to the Store: SQLite, WAL); this class adapts requests
+// and link messages to it. A head started on a session directory that holds a store loads it.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -16,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "troupe/net/http.hpp"
+#include "troupe/net/link.hpp"
 #include "troupe/control/store.hpp"
 #include "troupe/placement/placement_group.hpp"
 
@@ -34,9 +39,8 @@ struct HeadConfig {
   std::uint16_t port = 0;                              // 0: any free port
   std::string token;                                   // required; never empty
   std::string session_dir;                             // holds store.db
-  std::chrono::milliseconds node_timeout{2500};        // no poll for this long: the node is dead (a
-                                                       // loaded node: none since the head started)
-  std::chrono::milliseconds poll_hold{500};            // longest a poll waits for commands
+  std::chrono::milliseconds node_timeout{2500};        // a node's link silent this long: the node is
+                                                       // dead (a loaded node: no link this long)
 };
 
 class Head {
@@ -47,22 +51,14 @@ class Head {
   Head& operator=(const Head&) = delete;
 
   std::uint16_t port() const { return server_->port(); }
-  std::string address() const { return config_.bind + ":" + std::to_string(port()); }
+  std::string address() const { return config_.bind + ":" + std::to_string(port()); }   // HTTP
+  const std::string& link_address() const { return link_address_; }                    // links
   void stop();
 
  private:
   net::HttpResponse route(const net::HttpRequest& req);
-  net::HttpResponse route_node(const net::HttpRequest& req, const std::string& rest);
-  net::HttpResponse route_worker(const net::HttpRequest& req, const std::string& rest);
   net::HttpResponse route_actor(const net::HttpRequest& req, const std::string& rest);
   net::HttpResponse route_group(const net::HttpRequest& req, const std::string& rest);
-
-  net::HttpResponse register_node(const nlohmann::json& body);
-  net::HttpResponse poll_node(std::uint64_t id);
-  net::HttpResponse node_events(std::uint64_t id, const nlohmann::json& body);
-  net::HttpResponse worker_ready(std::uint64_t id, const nlohmann::json& body);
-  net::HttpResponse poll_worker(std::uint64_t id);
-  net::HttpResponse worker_events(std::uint64_t id, const nlohmann::json& body);
   net::HttpResponse create_actor(const nlohmann::json& body);
   net::HttpResponse kill_actor(std::uint64_t id, const std::string& reason);
   net::HttpResponse get_actor(std::uint64_t id);
@@ -75,8 +71,24 @@ class Head {
   nlohmann::json actor_json(const ActorRecord& a) const;
   nlohmann::json node_json(std::uint64_t id);
   nlohmann::json group_json(const placement::GroupView& g) const;
-  void changed();   // bumps the directory version and wakes every long poll; mu_ held
+  void changed();   // bumps the directory version, pushes what changed, wakes the long polls; mu_ held
   void detector_loop();
+
+  // Links: the first message says who is at the other end; then orders go out and events come in.
+  struct Peer {
+    enum class Role : std::uint8_t { Unknown, Node, Worker, Driver } role = Role::Unknown;
+    std::uint64_t id = 0;                           // the node's or the worker's
+    bool directory = false;                         // pushed the directory's changes (drivers, and
+                                                    // workers whose link said hello as a driver first)
+    std::shared_ptr<net::Link> link;
+  };
+  void on_link(const std::shared_ptr<net::Link>& link);
+  void on_link_message(net::Link& link, char kind, std::vector<char>& body);
+  void on_link_closed(net::Link& link, net::LinkEnd end, const std::string& why);
+  void hello(Peer& peer, const nlohmann::json& body);
+  void events(Peer& peer, const nlohmann::json& body);
+  void push();   // every queued order to its linked node or worker; links of the retired closed
+  void push_directory();
 
   HeadConfig config_;
   std::unique_ptr<Store> store_;
@@ -85,7 +97,11 @@ class Head {
   bool stopping_ = false;
   std::uint64_t version_ = 1;
   std::unique_ptr<HeadState> state_;          // the typed head (head_state.hpp); under mu_
+  std::map<const net::Link*, Peer> peers_;    // under mu_
+  std::map<std::uint64_t, std::string> pushed_actors_;   // each actor's JSON as last pushed to drivers
   std::thread detector_;
+  std::unique_ptr<net::LinkHub> links_;
+  std::string link_address_;
   std::unique_ptr<net::HttpServer> server_;   // last: it calls into everything above
 };
 

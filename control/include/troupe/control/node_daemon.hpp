@@ -1,6 +1,7 @@
-// The node daemon: registers with the head, polls it for commands (the poll is the heartbeat),
-// starts and watches worker processes, and reports their exits. One per machine, or embedded in
-// a driver that runs without a cluster.
+// The node daemon: holds a link to the head (net/head_link.hpp: its hello registers the node, its
+// heartbeats keep it alive), starts and stops the worker processes the head orders, and reports
+// their exits. One per machine, or embedded in a driver that runs without a cluster. When its link
+// to the head ends (the head declared the node dead, FT-3, or is gone) it stops its workers.
 #pragma once
 
 #include <sys/types.h>
@@ -9,11 +10,15 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 
 #include <nlohmann/json.hpp>
+
+#include "troupe/net/head_link.hpp"
+#include "troupe/net/link.hpp"
 
 namespace troupe::control {
 
@@ -33,12 +38,12 @@ class NodeDaemon {
   NodeDaemon(const NodeDaemon&) = delete;
   NodeDaemon& operator=(const NodeDaemon&) = delete;
 
-  // Registers and starts the poll and reaper threads. Throws std::runtime_error if the head
-  // refuses (e.g. wrong token) or cannot be reached within `timeout`.
+  // Registers and starts the order and reaper threads. Throws std::runtime_error if the head
+  // refuses (e.g. wrong token, bad resources) or cannot be reached within `timeout`.
   void start(std::chrono::milliseconds timeout);
-  // Stops polling and terminates every worker. Idempotent.
+  // Closes the link to the head and terminates every worker. Idempotent.
   void stop();
-  // True once the daemon has stopped by itself (the head declared the node dead).
+  // True once the daemon has stopped by itself (its link to the head ended).
   bool finished() const { return finished_; }
   std::uint64_t node_id() const { return node_id_; }
 
@@ -46,12 +51,12 @@ class NodeDaemon {
   static std::string detect_resources();
 
  private:
-  void poll_loop();
+  void order_loop();
   void reap_loop();
   void run(const nlohmann::json& command);
   void start_worker(std::uint64_t worker_id, const std::string& binary);
   void kill_worker(std::uint64_t worker_id);
-  nlohmann::json post(const std::string& target, const nlohmann::json& body, std::chrono::milliseconds timeout);
+  std::string head_link(std::chrono::steady_clock::time_point deadline);   // the head's link address
 
   DaemonConfig config_;
   std::uint64_t node_id_ = 0;
@@ -60,9 +65,11 @@ class NodeDaemon {
   std::mutex mu_;
   std::map<std::uint64_t, pid_t> workers_;   // worker id -> pid, while running
   // Workers sent SIGTERM, by pid: SIGKILLed by the reaper if still alive at the deadline. Kills
-  // never block the poll loop, which is this node's heartbeat.
+  // never block the order loop.
   std::map<pid_t, std::chrono::steady_clock::time_point> terminating_;
-  std::thread poller_, reaper_;
+  std::unique_ptr<net::LinkHub> hub_;
+  std::unique_ptr<net::HeadSession> head_;
+  std::thread orders_, reaper_;
 };
 
 }  // namespace troupe::control

@@ -108,7 +108,7 @@ class LinkHub {
   LinkHub(const LinkHub&) = delete;
   LinkHub& operator=(const LinkHub&) = delete;
 
-  // Listens on `bind` (an address to bind, port 0: any) and returns "host:port". Throws
+  // Listens on the address `bind` ("127.0.0.1"), on any free port, and returns "host:port". Throws
   // ErrorException(NetCode::Unreachable) if it cannot.
   std::string listen(const std::string& bind, AcceptHandler on_accept);
   // Connects to "host:port" and authenticates, within `timeout`. Throws

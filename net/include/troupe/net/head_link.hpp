@@ -1,0 +1,81 @@
+// The control messages between the head and the troupe processes of its cluster (node daemons,
+// workers, drivers), on one link each (link.hpp): authenticated, heartbeated, pushed both ways.
+// A message is a kind byte and a JSON object:
+//   'H' hello      process -> head, first: who it is ({"role": "node"|"worker"|"driver", ...}); a
+//                  driver's link may say hello again as a worker (a worker process's one link)
+//   'W' welcome    head -> process, the answer to hello ({"error": why} when refused; then closed)
+//   'O' order      head -> process: a command (start_worker, kill_worker; spawn, kill, exit)
+//   'E' events     process -> head: {"events": [...]} (worker_exited; actor_ready, actor_failed)
+//   'D' directory  head -> driver: {"version", "actors": [...]}, the actors that changed
+// Bodies are bounded (kMaxControlMessage); anything malformed closes that link only.
+//
+// HeadSession is the process side: it opens the link, says hello, waits for the welcome, and
+// then queues what the head sends for the owner's own thread to take (next), so that nothing
+// the owner does (forking a worker, connecting to a peer) runs on the link's io thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "troupe/net/link.hpp"
+
+namespace troupe::net {
+
+namespace head_kind {
+inline constexpr char kHello = 'H';
+inline constexpr char kWelcome = 'W';
+inline constexpr char kOrder = 'O';
+inline constexpr char kEvents = 'E';
+inline constexpr char kDirectory = 'D';
+}  // namespace head_kind
+
+inline constexpr std::size_t kMaxControlMessage = 16u << 20;
+
+// The JSON object a control message carries; std::runtime_error for a body over the bound, not
+// JSON, or not an object.
+nlohmann::json decode_control(const std::vector<char>& body);
+std::vector<char> encode_control(const nlohmann::json& body);
+
+class HeadSession {
+ public:
+  struct Message {
+    char kind = 0;            // kOrder, kDirectory, kWelcome (to a later hello); 0: the link ended ("why")
+    nlohmann::json body;
+  };
+
+  // Connects through `hub` to the head's link address, sends `hello`, and waits for the welcome
+  // until `timeout`. Throws ErrorException: NetCode::Unreachable (no head there, or no welcome in
+  // time), NetCode::Refused (wrong token; or the head refused the hello: its reason).
+  HeadSession(LinkHub& hub, const std::string& address, const nlohmann::json& hello, std::chrono::milliseconds timeout);
+  ~HeadSession();   // close()
+  HeadSession(const HeadSession&) = delete;
+  HeadSession& operator=(const HeadSession&) = delete;
+
+  const nlohmann::json& welcome() const { return welcome_; }
+  // The next message from the head, waiting until `timeout`; nullopt if none came. Once the link
+  // has ended, a kind-0 message (and then the same, at every call).
+  std::optional<Message> next(std::chrono::milliseconds timeout);
+  // Sends a message to the head; false once the link has ended.
+  bool send(char kind, const nlohmann::json& body);
+  void close();
+  bool ended() const;
+  std::string address() const { return address_; }
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;   // shared with the link's handlers, which may outlive this
+  std::shared_ptr<Link> link_;
+  nlohmann::json welcome_;
+  std::string address_;
+};
+
+}  // namespace troupe::net
