@@ -1,9 +1,14 @@
 #include "troupe/control/node_daemon.hpp"
 
 #include <spdlog/spdlog.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -16,9 +21,15 @@ using json = nlohmann::json;
 
 NodeDaemon::NodeDaemon(DaemonConfig config) : config_(std::move(config)) {
   if (config_.resources.empty()) config_.resources = detect_resources();
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd_ < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
 }
 
-NodeDaemon::~NodeDaemon() { stop(); }
+NodeDaemon::~NodeDaemon() {
+  stop();
+  for (auto& [pid, fd] : pidfds_) ::close(fd);
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+}
 
 std::string NodeDaemon::detect_resources() {
   long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
@@ -76,6 +87,7 @@ void NodeDaemon::order_loop() {
       if (stopping_) return;
       spdlog::error("node {}: the link to the head ended ({}); stopping its workers", node_id_, msg->body.value("why", ""));
       finished_ = true;   // FT-3: a node the head declared dead stays dead
+      wake();
       break;
     }
     run(msg->body);
@@ -108,8 +120,12 @@ void NodeDaemon::start_worker(std::uint64_t worker_id, const std::string& binary
   spec.log_path = (std::filesystem::path(config_.session_dir) / "logs" /
                    ("worker-" + std::to_string(worker_id) + ".log")).string();
   pid_t pid = spawn_process(spec);
-  std::lock_guard lk(mu_);
-  workers_[worker_id] = pid;
+  {
+    std::lock_guard lk(mu_);
+    workers_[worker_id] = pid;
+    if (int fd = open_pidfd(pid); fd >= 0) pidfds_[pid] = fd;
+  }
+  wake();
   spdlog::info("node {}: started worker {} (pid {}): {}", node_id_, worker_id, pid, binary);
 }
 
@@ -120,10 +136,36 @@ void NodeDaemon::kill_worker(std::uint64_t worker_id) {
   ::kill(it->second, SIGTERM);
   terminating_[it->second] = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   workers_.erase(it);
+  wake();
 }
 
+void NodeDaemon::wake() {
+  const std::uint64_t one = 1;
+  if (wake_fd_ >= 0) (void)!::write(wake_fd_, &one, sizeof one);
+}
+
+// Waits on the workers' pidfds (readable when one exits), the wake-up descriptor (a worker
+// started or killed, or stopping) and the earliest SIGKILL deadline: no clock ticks here.
 void NodeDaemon::reap_loop() {
   while (!stopping_ && !finished_) {
+    std::vector<pollfd> fds{pollfd{wake_fd_, POLLIN, 0}};
+    int timeout_ms = -1;
+    {
+      std::lock_guard lk(mu_);
+      for (const auto& [pid, fd] : pidfds_) fds.push_back(pollfd{fd, POLLIN, 0});
+      const auto now = std::chrono::steady_clock::now();
+      for (const auto& [pid, deadline] : terminating_) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1;
+        timeout_ms = timeout_ms < 0 ? int(std::max<long>(0, left)) : std::min(timeout_ms, int(std::max<long>(0, left)));
+      }
+      const bool unwatched = std::any_of(workers_.begin(), workers_.end(), [&](const auto& w) { return !pidfds_.contains(w.second); });
+      if (unwatched && (timeout_ms < 0 || timeout_ms > 20)) timeout_ms = 20;   // a child without a pidfd (a kernel before 5.3): look again soon
+    }
+    if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) {
+      spdlog::error("node {}: poll: {}", node_id_, std::strerror(errno));
+    }
+    std::uint64_t drained = 0;
+    (void)!::read(wake_fd_, &drained, sizeof drained);
     json events = json::array();
     {
       std::lock_guard lk(mu_);
@@ -132,30 +174,39 @@ void NodeDaemon::reap_loop() {
           if (*how == "exit 0") spdlog::info("node {}: worker {} (pid {}) exited", node_id_, it->first, it->second);
           else spdlog::warn("node {}: worker {} (pid {}) exited: {}", node_id_, it->first, it->second, *how);
           events.push_back(json{{"kind", "worker_exited"}, {"worker_id", it->first}, {"status", *how}});
+          forget_pidfd(it->second);
           it = workers_.erase(it);
         } else {
           ++it;
         }
       }
-    }
-    {
-      std::lock_guard lk(mu_);
       auto now = std::chrono::steady_clock::now();
       for (auto it = terminating_.begin(); it != terminating_.end();) {
-        if (try_reap(it->first)) { it = terminating_.erase(it); continue; }
-        if (now > it->second) ::kill(it->first, SIGKILL);
+        if (try_reap(it->first)) {
+          forget_pidfd(it->first);
+          it = terminating_.erase(it);
+          continue;
+        }
+        if (now >= it->second) ::kill(it->first, SIGKILL);
         ++it;
       }
     }
     if (!events.empty() && !head_->send(net::head_kind::kEvents, json{{"events", events}})) {
       spdlog::error("node {}: could not report worker exits: the link to the head has ended", node_id_);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+void NodeDaemon::forget_pidfd(pid_t pid) {
+  if (auto it = pidfds_.find(pid); it != pidfds_.end()) {
+    ::close(it->second);
+    pidfds_.erase(it);
   }
 }
 
 void NodeDaemon::stop() {
   if (stopping_.exchange(true)) return;
+  wake();
   if (head_) head_->close();
   if (orders_.joinable()) orders_.join();
   if (reaper_.joinable()) reaper_.join();

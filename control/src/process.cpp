@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <linux/close_range.h>
+#include <poll.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -72,14 +74,27 @@ std::optional<std::string> try_reap(pid_t pid) {
   return std::string("stopped");
 }
 
+int open_pidfd(pid_t pid) { return int(::syscall(SYS_pidfd_open, pid, 0)); }
+
 void terminate_process(pid_t pid, int grace_ms) {
   if (pid <= 0) return;
   if (try_reap(pid)) return;
+  const int fd = open_pidfd(pid);
   ::kill(pid, SIGTERM);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace_ms);
-  while (std::chrono::steady_clock::now() < deadline) {
+  if (fd >= 0) {   // readable once it exits: waits for the exit itself, not on a clock
+    pollfd p{fd, POLLIN, 0};
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace_ms);
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      const int r = ::poll(&p, 1, int(left.count()));
+      if (r > 0 || (r < 0 && errno != EINTR)) break;
+    }
+    ::close(fd);
     if (try_reap(pid)) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  } else {   // no pidfd (a kernel before 5.3): a grace without a wake-up
+    std::this_thread::sleep_for(std::chrono::milliseconds(grace_ms));
+    if (try_reap(pid)) return;
   }
   ::kill(pid, SIGKILL);
   ::waitpid(pid, nullptr, 0);

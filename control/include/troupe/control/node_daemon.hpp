@@ -53,6 +53,8 @@ class NodeDaemon {
  private:
   void order_loop();
   void reap_loop();
+  void wake();                      // the reaper looks again now
+  void forget_pidfd(pid_t pid);     // mu_ held
   void run(const nlohmann::json& command);
   void start_worker(std::uint64_t worker_id, const std::string& binary);
   void kill_worker(std::uint64_t worker_id);
@@ -67,6 +69,8 @@ class NodeDaemon {
   // Workers sent SIGTERM, by pid: SIGKILLed by the reaper if still alive at the deadline. Kills
   // never block the order loop.
   std::map<pid_t, std::chrono::steady_clock::time_point> terminating_;
+  std::map<pid_t, int> pidfds_;     // readable when that child exits
+  int wake_fd_ = -1;                // eventfd
   std::unique_ptr<net::LinkHub> hub_;
   std::unique_ptr<net::HeadSession> head_;
   std::thread orders_, reaper_;

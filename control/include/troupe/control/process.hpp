@@ -27,7 +27,11 @@ pid_t spawn_process(const ProcessSpec& spec);
 // it runs. Never blocks.
 std::optional<std::string> try_reap(pid_t pid);
 
-// SIGTERM, then SIGKILL after `grace_ms`; reaps it. Safe on a pid that already exited.
+// A descriptor that becomes readable when `pid` exits (pidfd_open), or -1. The caller closes it.
+int open_pidfd(pid_t pid);
+
+// SIGTERM, then SIGKILL after `grace_ms` (waiting on its pidfd, not on a clock); reaps it. Safe on
+// a pid that already exited.
 void terminate_process(pid_t pid, int grace_ms);
 
 }  // namespace troupe::control
