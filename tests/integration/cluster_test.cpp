@@ -148,6 +148,16 @@ TEST_CASE("colocated actors share one worker process") {
   CHECK(first.call(&Store::pid).get() == second.call(&Store::pid).get());
   CHECK(first.call(&Store::pid).get() != third.call(&Store::pid).get());
   CHECK(second.call(&Store::add_via, first, 10).get() == 11);   // a local call inside the worker
+
+  // Into a running worker an actor starts in about a millisecond, and the head's push that it runs
+  // may reach this driver before the spawn's own reply does: each of them still becomes ready.
+  std::vector<troupe::ActorRef<Store>> more;
+  for (int i = 0; i < 30; ++i) more.push_back(rt.spawn<Store>(troupe::Options{}.colocate_with(first), i));
+  for (int i = 0; i < 30; ++i) {
+    CAPTURE(i);
+    REQUIRE(more[std::size_t(i)].ready().wait_for(20s));
+    CHECK(more[std::size_t(i)].call(&Store::get).get() == i);
+  }
 }
 
 TEST_CASE("without an address, a process actor runs on an embedded head and node") {

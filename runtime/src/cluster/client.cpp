@@ -72,11 +72,14 @@ std::shared_ptr<detail::ActorCell> ClusterClient::make_cell(std::uint64_t id, co
       detail::CellSpec{id, type, (name.empty() ? type : name) + "#" + std::to_string(id),
                        timeout.count() > 0 ? timeout : call_timeout_, max_retries, /*remote=*/true},
       detail::CallTableEnv{timer_, &detail::release_regions});
+  json seen;
   {
     std::lock_guard lk(mu_);
     cells_[id] = cell;
+    if (auto it = latest_.find(id); it != latest_.end()) seen = it->second;
   }
   rt_.add_cell(cell);
+  if (!seen.is_null()) apply(seen);   // the head's word came before the cell
   return cell;
 }
 
@@ -157,8 +160,25 @@ bool ClusterClient::send_events(const json& events) {
 // Waits for what the head pushes: no timer, no poll (stop() closes the link, which ends the wait).
 void ClusterClient::watch_loop() {
   for (;;) {
-    auto msg = session_->next(std::chrono::hours(1));
-    if (!msg) continue;
+    bool retry = false;
+    {
+      std::lock_guard lk(mu_);
+      retry = !unlinked_.empty();
+    }
+    // Back-off after a failure: an actor whose worker could not be linked is tried again soon.
+    auto msg = session_->next(retry ? std::chrono::milliseconds(200) : std::chrono::hours(1));
+    if (!msg) {
+      std::vector<json> again;
+      {
+        std::lock_guard lk(mu_);
+        for (auto id : unlinked_) {
+          if (auto it = latest_.find(id); it != latest_.end()) again.push_back(it->second);
+        }
+        unlinked_.clear();
+      }
+      for (const auto& a : again) apply(a);
+      continue;
+    }
     if (msg->kind == net::head_kind::kDirectory) {
       for (const auto& a : msg->body.value("actors", json::array())) {
         if (a.is_object() && a.contains("id")) apply(a);
@@ -180,6 +200,10 @@ void ClusterClient::apply(const json& a) {
   std::shared_ptr<detail::ActorCell> cell;
   {
     std::lock_guard lk(mu_);
+    auto& latest = latest_[id];
+    const auto incarnation = a.value("incarnation", std::uint64_t{0});
+    if (latest.is_object() && latest.value("incarnation", std::uint64_t{0}) > incarnation) return;   // stale
+    latest = a;
     if (auto it = cells_.find(id); it != cells_.end()) cell = it->second.lock();
   }
   if (!cell || cell->dead()) return;
@@ -200,7 +224,15 @@ void ClusterClient::apply(const json& a) {
   std::string address = a.value("gateway", "");   // the worker's link address
   if (address.empty()) return;
   auto link = peers_.link_to(address);
-  if (!link) return;   // unreachable now: the next look at the directory tries again
+  if (!link) {   // unreachable now: the watcher tries again after a back-off
+    std::lock_guard lk(mu_);
+    unlinked_.insert(id);
+    return;
+  }
+  {
+    std::lock_guard lk(mu_);
+    unlinked_.erase(id);
+  }
   cell->bind(std::make_shared<LinkRoute>(id, incarnation, std::move(link)));
   cell->set_ready();
 }

@@ -89,6 +89,10 @@ class ClusterClient {
   std::mutex mu_;
   std::map<std::uint64_t, std::weak_ptr<detail::ActorCell>> cells_;
   std::set<std::uint64_t> owned_;
+  // Each actor's latest directory entry, as pushed: one may arrive before its cell exists (it ran
+  // before the spawn reply was read), and a cell made later starts from it.
+  std::map<std::uint64_t, nlohmann::json> latest_;
+  std::set<std::uint64_t> unlinked_;   // alive, but their worker could not be linked yet
   std::atomic<bool> stopping_{false};
   std::unique_ptr<net::HeadSession> session_;   // the link to the head
   std::mutex order_mu_;
