@@ -52,6 +52,12 @@ T field(const json& body, const char* key) {
   }
 }
 
+// body[key] as T, or `fallback` when absent; BadRequest naming it when mistyped.
+template <class T>
+T field_or(const json& body, const char* key, T fallback) {
+  return body.contains(key) ? field<T>(body, key) : fallback;
+}
+
 const json& events_of(const json& body) {
   auto it = body.find("events");
   if (it == body.end() || !it->is_array()) throw ErrorException(Error{ControlCode::BadRequest, "'events' must be an array"});
@@ -161,6 +167,9 @@ net::HttpResponse Head::create_actor(const json& body) {
   auto spec = SpawnSpec::from_json(body);
   if (!spec.ok()) return error_reply(spec.error());
   std::lock_guard lk(mu_);
+  if (!owner_linked(spec->owner)) {
+    return control::error_reply(409, "owner " + std::to_string(spec->owner) + " is not connected");
+  }
   auto a = state_->create_actor(std::move(*spec));
   if (!a.ok()) return error_reply(a.error());
   changed();
@@ -198,8 +207,10 @@ net::HttpResponse Head::create_group(const json& body) {
   spec.strategy = *strategy;
   spec.name = body.value("name", "");
   spec.wait_if_unplaced = body.value("wait", true);
+  const auto owner = field_or<std::uint64_t>(body, "owner", 0);
   std::lock_guard lk(mu_);
-  auto created = state_->create_group(std::move(spec));
+  if (!owner_linked(owner)) return control::error_reply(409, "owner " + std::to_string(owner) + " is not connected");
+  auto created = state_->create_group(std::move(spec), owner);
   if (!created.ok()) return error_reply(created.error());
   changed();
   return reply(200, json{{"id", created->id}, {"state", std::string(placement::to_string(created->state))},
@@ -270,7 +281,7 @@ json Head::actor_json(const ActorRecord& a) const {
   return json{{"id", a.id}, {"type", a.spec.type}, {"name", a.spec.name}, {"state", std::string(to_string(a.state))},
               {"node", a.node}, {"worker", a.worker}, {"pid", a.pid}, {"gateway", a.gateway},
               {"incarnation", a.incarnation}, {"restarts", a.restarts}, {"max_restarts", a.spec.max_restarts},
-              {"resources", a.spec.resources.to_string()}, {"reason", a.reason}};
+              {"resources", a.spec.resources.to_string()}, {"reason", a.reason}, {"owner", a.spec.owner}};
 }
 
 json Head::node_json(std::uint64_t id) {
@@ -290,8 +301,10 @@ json Head::group_json(const placement::GroupView& g) const {
                            {"node", g.bundle_nodes[i] ? json(*g.bundle_nodes[i]) : json(nullptr)},
                            {"available", g.bundle_available[i].to_string()}});
   }
+  const GroupRecord* rec = state_->groups().find(g.id);
   return json{{"id", g.id}, {"name", g.name}, {"strategy", std::string(placement::to_string(g.strategy))},
-              {"state", std::string(placement::to_string(g.state))}, {"bundles", bundles}, {"actors", g.actors}};
+              {"state", std::string(placement::to_string(g.state))}, {"bundles", bundles}, {"actors", g.actors},
+              {"owner", rec != nullptr ? rec->owner : 0}};
 }
 
 // ---- failure detection ----
@@ -317,10 +330,15 @@ void Head::changed() {
 
 // ---- links ----
 
+bool Head::owner_linked(std::uint64_t owner) const {
+  if (owner == 0) return true;   // detached: nobody's
+  return std::any_of(peers_.begin(), peers_.end(), [&](const auto& p) { return p.second.owner == owner; });
+}
+
 void Head::on_link(const std::shared_ptr<net::Link>& link) {
   {
     std::lock_guard lk(mu_);
-    peers_[link.get()] = Peer{Peer::Role::Unknown, 0, false, link};
+    peers_[link.get()] = Peer{Peer::Role::Unknown, 0, 0, false, link};
   }
   link->set_handlers([this](net::Link& l, char kind, std::vector<char>& body) { on_link_message(l, kind, body); },
                      [this](net::Link& l, net::LinkEnd end, const std::string& why) { on_link_closed(l, end, why); });
@@ -387,7 +405,8 @@ void Head::hello(Peer& peer, const json& body) {
   } else if (role == "driver") {
     peer.role = Peer::Role::Driver;
     peer.directory = true;
-    welcome = json{{"version", version_}};
+    peer.owner = state_->new_owner();
+    welcome = json{{"version", version_}, {"owner", peer.owner}};
   } else {
     throw ErrorException(Error{ControlCode::BadRequest, "unknown role '" + role + "'"});
   }
@@ -428,6 +447,9 @@ void Head::on_link_closed(net::Link& link, net::LinkEnd end, const std::string& 
   // sent a bad message (it is lost like any other).
   (void)end;
   if (stopping_) return;
+  if (peer.owner != 0) {   // a driver (or a worker process, for what it spawned) is gone: JOB-1
+    (void)state_->owner_gone(peer.owner, "its owner's link ended (" + why + ")");
+  }
   if (peer.role == Peer::Role::Node) {
     (void)state_->node_gone(peer.id, "its daemon's link ended: " + why);
   } else if (peer.role == Peer::Role::Worker) {

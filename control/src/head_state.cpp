@@ -15,7 +15,8 @@ std::string group_name(std::uint64_t id) { return "placement group " + std::to_s
 
 }  // namespace
 
-HeadState::HeadState(Store& store) : nodes_(store), workers_(store), actors_(store), groups_(store) {
+HeadState::HeadState(Store& store)
+    : nodes_(store), workers_(store), actors_(store), groups_(store), owners_(store, "next_owner") {
   load(store);
 }
 
@@ -373,7 +374,7 @@ void HeadState::after_release() {
 
 // ---- placement groups ---------------------------------------------------------------------------
 
-Result<placement::CreateResult> HeadState::create_group(placement::PlacementGroupSpec spec) {
+Result<placement::CreateResult> HeadState::create_group(placement::PlacementGroupSpec spec, std::uint64_t owner) {
   const bool wait = spec.wait_if_unplaced;
   const auto strategy = spec.strategy;
   const auto bundles = spec.bundles.size();
@@ -382,7 +383,7 @@ Result<placement::CreateResult> HeadState::create_group(placement::PlacementGrou
     const bool bad = created.error().code == PlacementCode::InvalidArgument;
     return Error{bad ? ControlCode::BadRequest : ControlCode::Conflict, created.error().to_string()};
   }
-  if (auto g = scheduler_.group(created->id)) groups_.put(*g, wait);
+  if (auto g = scheduler_.group(created->id)) groups_.put(*g, wait, owner);
   spdlog::info("head: {} ({}, {} bundles): {}", group_name(created->id), placement::to_string(strategy), bundles,
                placement::to_string(created->state));
   return created;
@@ -400,6 +401,26 @@ Result<std::vector<placement::ActorId>> HeadState::remove_group(std::uint64_t id
   groups_.remove(id);
   after_release();
   return removed;
+}
+
+std::pair<std::size_t, std::size_t> HeadState::owner_gone(std::uint64_t owner, const std::string& why) {
+  if (owner == 0) return {0, 0};
+  std::size_t actors = 0, groups = 0;
+  for (auto& [id, a] : actors_.all()) {
+    if (a.spec.owner != owner || a.state == ActorState::Dead) continue;
+    bury(a, why);
+    ++actors;
+  }
+  std::vector<std::uint64_t> owned;
+  for (const auto& [id, g] : groups_.all()) {
+    if (g.owner == owner) owned.push_back(id);
+  }
+  for (auto id : owned) {
+    if (remove_group(id).ok()) ++groups;
+  }
+  after_release();
+  if (actors + groups > 0) spdlog::info("head: {}: {} actors killed, {} placement groups removed", why, actors, groups);
+  return {actors, groups};
 }
 
 void HeadState::save_group(std::uint64_t id) {

@@ -55,9 +55,14 @@ class HeadState {
 
   // Placement groups. create: BadRequest for a bad spec, Conflict when it cannot be placed and
   // may not wait. remove: NotFound; otherwise the actors it killed.
-  Result<placement::CreateResult> create_group(placement::PlacementGroupSpec spec);
+  Result<placement::CreateResult> create_group(placement::PlacementGroupSpec spec, std::uint64_t owner = 0);
   Result<std::vector<placement::ActorId>> remove_group(std::uint64_t id);
   std::optional<placement::GroupView> group(std::uint64_t id) const { return scheduler_.group(id); }
+
+  // Owners (JOB-1): a driver's link gets one; what it creates goes when the link ends.
+  std::uint64_t new_owner() { return owners_.next(); }
+  // Kills the owner's actors and removes its placement groups; how many of each.
+  std::pair<std::size_t, std::size_t> owner_gone(std::uint64_t owner, const std::string& why);
 
   NodeManager& nodes() { return nodes_; }
   WorkerManager& workers() { return workers_; }
@@ -87,6 +92,7 @@ class HeadState {
   WorkerManager workers_;
   ActorManager actors_;
   GroupManager groups_;
+  IdSequence owners_;
 };
 
 }  // namespace troupe::control

@@ -130,8 +130,10 @@ void ActorManager::save(const ActorRecord& a) {
 
 // ---- placement groups ----
 
-void GroupManager::put(const placement::GroupView& g, bool wait_if_unplaced) {
+void GroupManager::put(const placement::GroupView& g, bool wait_if_unplaced, std::uint64_t owner) {
+  const bool fresh = !groups_.contains(g.id);
   GroupRecord& r = groups_[g.id];
+  if (fresh) r.owner = owner;
   r.id = g.id;
   r.name = g.name;
   r.strategy = g.strategy;

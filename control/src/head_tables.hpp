@@ -107,7 +107,8 @@ class ActorManager {
 class GroupManager {
  public:
   explicit GroupManager(Store& store) : store_(store) {}
-  void put(const placement::GroupView& g, bool wait_if_unplaced);
+  // A new record takes `owner`; an existing one keeps its own.
+  void put(const placement::GroupView& g, bool wait_if_unplaced, std::uint64_t owner = 0);
   void remove(std::uint64_t id);
   const GroupRecord* find(std::uint64_t id) const;
   const std::map<std::uint64_t, GroupRecord>& all() const { return groups_; }

@@ -79,6 +79,7 @@ Result<SpawnSpec> SpawnSpec::from_json(const json& body) {
   s.bundle_index = f.get<int>("bundle_index", -1);
   s.colocate = f.get<bool>("colocate", false);
   s.colocate_with = f.get<std::uint64_t>("colocate_with", 0);
+  s.owner = f.get<std::uint64_t>("owner", 0);
   if (f.error()) return *f.error();
   if (s.type.empty()) return Error{ControlCode::BadRequest, "type must not be empty"};
   if (s.binary.empty()) return Error{ControlCode::BadRequest, "binary must not be empty"};

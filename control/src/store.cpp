@@ -9,7 +9,7 @@
 namespace troupe::control {
 namespace {
 
-constexpr const char* kSchemaVersion = "2";
+constexpr const char* kSchemaVersion = "3";   // 3: actors and groups have an owner
 
 const char* const kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS nodes (
@@ -19,9 +19,9 @@ CREATE TABLE IF NOT EXISTS actors (
   id INTEGER PRIMARY KEY, type TEXT, name TEXT, ctor_signature TEXT, ctor_args BLOB, binary TEXT,
   resources TEXT, max_restarts INTEGER, max_retries INTEGER, placement_group INTEGER, bundle_index INTEGER,
   colocate INTEGER, colocate_with INTEGER, state TEXT, node INTEGER, worker INTEGER, bundle INTEGER,
-  reserved INTEGER, pid INTEGER, gateway TEXT, incarnation INTEGER, restarts INTEGER, reason TEXT);
+  reserved INTEGER, pid INTEGER, gateway TEXT, incarnation INTEGER, restarts INTEGER, reason TEXT, owner INTEGER);
 CREATE TABLE IF NOT EXISTS placement_groups (
-  id INTEGER PRIMARY KEY, name TEXT, strategy TEXT, bundles TEXT, wait INTEGER, bundle_nodes TEXT);
+  id INTEGER PRIMARY KEY, name TEXT, strategy TEXT, bundles TEXT, wait INTEGER, bundle_nodes TEXT, owner INTEGER);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 )sql";
 
@@ -133,7 +133,7 @@ class SqliteStore final : public Store {
 
   void put_actor(const ActorRecord& a) override {
     std::lock_guard lk(mu_);
-    Statement s(db_, "INSERT OR REPLACE INTO actors VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    Statement s(db_, "INSERT OR REPLACE INTO actors VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
     const SpawnSpec& p = a.spec;
     s.bind(1, std::int64_t(a.id)).bind(2, p.type).bind(3, p.name).bind(4, p.ctor_signature)
         .bind_blob(5, p.ctor_args.data(), p.ctor_args.size()).bind(6, p.binary).bind(7, p.resources.to_string())
@@ -142,7 +142,7 @@ class SqliteStore final : public Store {
         .bind(13, std::int64_t(p.colocate_with)).bind(14, std::string(to_string(a.state)))
         .bind(15, std::int64_t(a.node)).bind(16, std::int64_t(a.worker)).bind(17, std::int64_t(a.bundle))
         .bind(18, std::int64_t(a.reserved)).bind(19, a.pid).bind(20, a.gateway).bind(21, std::int64_t(a.incarnation))
-        .bind(22, a.restarts).bind(23, a.reason);
+        .bind(22, a.restarts).bind(23, a.reason).bind(24, std::int64_t(p.owner));
     s.step("put_actor");
   }
 
@@ -150,7 +150,7 @@ class SqliteStore final : public Store {
     std::lock_guard lk(mu_);
     Statement s(db_, "SELECT id,type,name,ctor_signature,ctor_args,binary,resources,max_restarts,max_retries,"
                      "placement_group,bundle_index,colocate,colocate_with,state,node,worker,bundle,reserved,pid,gateway,"
-                     "incarnation,restarts,reason FROM actors ORDER BY id");
+                     "incarnation,restarts,reason,owner FROM actors ORDER BY id");
     std::vector<ActorRecord> out;
     while (s.step("actors")) {
       ActorRecord a;
@@ -180,6 +180,7 @@ class SqliteStore final : public Store {
       a.incarnation = std::uint64_t(s.integer(20));
       a.restarts = s.integer(21);
       a.reason = s.text(22);
+      p.owner = std::uint64_t(s.integer(23));
       out.push_back(std::move(a));
     }
     return out;
@@ -187,10 +188,10 @@ class SqliteStore final : public Store {
 
   void put_group(const GroupRecord& g) override {
     std::lock_guard lk(mu_);
-    Statement s(db_, "INSERT OR REPLACE INTO placement_groups VALUES (?,?,?,?,?,?)");
+    Statement s(db_, "INSERT OR REPLACE INTO placement_groups VALUES (?,?,?,?,?,?,?)");
     s.bind(1, std::int64_t(g.id)).bind(2, g.name).bind(3, std::string(placement::to_string(g.strategy)))
         .bind(4, bundles_text(g.bundles)).bind(5, std::int64_t(g.wait_if_unplaced))
-        .bind(6, nlohmann::json(g.bundle_nodes).dump());
+        .bind(6, nlohmann::json(g.bundle_nodes).dump()).bind(7, std::int64_t(g.owner));
     s.step("put_group");
   }
 
@@ -203,7 +204,7 @@ class SqliteStore final : public Store {
 
   std::vector<GroupRecord> groups() override {
     std::lock_guard lk(mu_);
-    Statement s(db_, "SELECT id,name,strategy,bundles,wait,bundle_nodes FROM placement_groups ORDER BY id");
+    Statement s(db_, "SELECT id,name,strategy,bundles,wait,bundle_nodes,owner FROM placement_groups ORDER BY id");
     std::vector<GroupRecord> out;
     while (s.step("placement_groups")) {
       GroupRecord g;
@@ -212,6 +213,7 @@ class SqliteStore final : public Store {
       g.name = s.text(1);
       g.strategy = must(placement::parse_strategy(s.text(2)), "placement_groups", id);
       g.wait_if_unplaced = s.integer(4) != 0;
+      g.owner = std::uint64_t(s.integer(6));
       try {
         for (const auto& b : nlohmann::json::parse(s.text(3))) {
           g.bundles.push_back(must(placement::Resources::parse(b.get<std::string>()), "placement_groups", id));

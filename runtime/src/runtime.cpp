@@ -217,9 +217,11 @@ Runtime Runtime::create(RuntimeConfig config) {
 }
 
 PlacementGroup Runtime::placement_group(const std::vector<std::string>& bundles, const std::string& strategy,
-                                        const std::string& name) {
-  nlohmann::json body{{"bundles", bundles}, {"strategy", strategy}, {"name", name}};
-  auto res = impl_->cluster().request("POST", "/api/v1/placement_groups", body);
+                                        const std::string& name, bool lifetime_detached) {
+  auto& cluster = impl_->cluster();
+  nlohmann::json body{{"bundles", bundles}, {"strategy", strategy}, {"name", name},
+                      {"owner", lifetime_detached ? 0 : cluster.owner()}};
+  auto res = cluster.request("POST", "/api/v1/placement_groups", body);
   return PlacementGroup(impl_.get(), res.at("id").get<std::uint64_t>());
 }
 

@@ -105,6 +105,10 @@ TEST_CASE("bad bodies and bad hellos are refused with a reason and change nothin
   CHECK(call(head, "GET", "/api/v1/actors/notanumber", "").status == 404);
   CHECK(call(head, "GET", "/api/v1/nowhere", "").status == 404);
   CHECK(call(head, "POST", "/api/v1/nodes", R"({"resources":"CPU=2"})").status == 404);   // nodes join on a link
+  // An owner is a driver's open link (JOB-1): a spawn or a group naming another is refused.
+  CHECK(call(head, "POST", "/api/v1/actors", R"({"type":"X","ctor_signature":"s","ctor_args":"","binary":"/bin/true","owner":77})").status == 409);
+  CHECK(call(head, "POST", "/api/v1/placement_groups", R"({"bundles":["CPU=1"],"owner":77})").status == 409);
+  CHECK(call(head, "POST", "/api/v1/placement_groups", R"({"bundles":["CPU=1"],"owner":"me"})").status == 400);
   auto status = status_of(head);
   CHECK(status["nodes"].size() == 1);
   CHECK(status["nodes"][0].value("state", "") == "alive");
@@ -189,6 +193,7 @@ TEST_CASE("the head writes the nodes it registers to its SQLite store, which rou
   a.bundle = 1;
   a.reserved = true;
   a.incarnation = 4;
+  a.spec.owner = 11;
   store->put_actor(a);
   auto actors = store->actors();
   REQUIRE(actors.size() == 1);
@@ -201,17 +206,20 @@ TEST_CASE("the head writes the nodes it registers to its SQLite store, which rou
   CHECK(actors[0].bundle == 1);
   CHECK(actors[0].reserved);
   CHECK(actors[0].incarnation == 4);
+  CHECK(actors[0].spec.owner == 11);
   control::GroupRecord g;
   g.id = 7;
   g.strategy = troupe::placement::Strategy::kSpread;
   g.bundles = {*troupe::placement::Resources::parse("CPU=1"), *troupe::placement::Resources::parse("GPU=1")};
   g.bundle_nodes = {3, 0};
+  g.owner = 11;
   store->put_group(g);
   auto groups = store->groups();
   REQUIRE(groups.size() == 1);
   CHECK(groups[0].strategy == troupe::placement::Strategy::kSpread);
   CHECK(groups[0].bundles == g.bundles);
   CHECK(groups[0].bundle_nodes == g.bundle_nodes);
+  CHECK(groups[0].owner == 11);
   store->remove_group(7);
   CHECK(store->groups().empty());
   store->put_meta("k", "v");

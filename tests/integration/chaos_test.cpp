@@ -1,8 +1,20 @@
-// Chaos: kill -9 of workers and daemons, SIGSTOP of a daemon. Every future resolves (FT-1),
-// restarted actors keep their id (FT-2), dead nodes stay dead (FT-3).
+// Chaos: kill -9 of workers, daemons and drivers, SIGSTOP of a daemon. Every future resolves
+// (FT-1), restarted actors keep their id (FT-2), dead nodes stay dead (FT-3), a dead driver's
+// actors and groups go with it (JOB-1).
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "support/helper_main.hpp"
 
 #include "cluster_harness.hpp"
 #include "test_actors.hpp"
@@ -19,7 +31,98 @@ troupe::Runtime connect(const itest::Cluster& c) { return itest::connect(c, 30s)
 template <class T>
 bool resolves(const troupe::Future<T>& f) { return f.wait_for(20s); }
 
+// A driver in its own process ("ADDRESS TOKEN"): an owned actor, a detached one and an owned
+// placement group; prints their ids once all are up, then waits to be killed.
+int owning_driver(const std::string& arg) {
+  std::istringstream in(arg);
+  troupe::RuntimeConfig cfg;
+  in >> cfg.address >> cfg.token;
+  auto rt = troupe::Runtime::create(cfg);
+  auto owned = rt.spawn<Store>(troupe::Options{}.resources("owned=1"), 1);
+  auto kept = rt.spawn<Store>(troupe::Options{}.resources("owned=1").lifetime_detached(), 2);
+  auto group = rt.placement_group({"CPU=1"});
+  if (!owned.ready().wait_for(30s) || !kept.ready().wait_for(30s) || !group.ready(30s)) return 1;
+  std::cout << owned.id() << ' ' << kept.id() << ' ' << group.id() << std::endl;
+  for (;;) ::pause();
+}
+TROUPE_TEST_HELPER("owning-driver", owning_driver);
+
+// Starts this binary as helper `name` with `arg`; its stdout comes back on *out.
+pid_t start_helper(const std::string& name, const std::string& arg, int* out) {
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  std::string exe = "/proc/self/exe", flag = "--test-helper", n = name, a = arg;
+  std::vector<char*> argv{exe.data(), flag.data(), n.data(), a.data(), nullptr};
+  pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {   // async-signal-safe calls only until exec
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    ::dup2(fds[1], 1);
+    ::close(fds[0]);
+    ::execv("/proc/self/exe", argv.data());
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  *out = fds[0];
+  return pid;
+}
+
+// One line from `fd` within `timeout` (empty if none came).
+std::string read_line(int fd, std::chrono::milliseconds timeout) {
+  std::string line;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd p{fd, POLLIN, 0};
+    if (left.count() <= 0 || ::poll(&p, 1, int(left.count())) <= 0) return {};
+    char c = 0;
+    if (::read(fd, &c, 1) != 1) return {};
+    if (c == '\n') return line;
+    line += c;
+  }
+}
+
 }  // namespace
+
+TEST_CASE("kill -9 of a driver: its actors and placement groups go and their resources come free, detached ones stay") {
+  itest::Cluster cluster;
+  cluster.add_node("CPU=4,owned=2");
+  int out = -1;
+  const pid_t driver = start_helper("owning-driver", cluster.address() + " " + cluster.token(), &out);
+  std::istringstream ids(read_line(out, 60s));
+  std::uint64_t owned = 0, kept = 0, group = 0;
+  ids >> owned >> kept >> group;
+  REQUIRE(owned != 0);
+  REQUIRE(kept != 0);
+  REQUIRE(group != 0);
+  auto before = cluster.status();
+  CHECK(cluster.actor(owned).value("state", "") == "alive");
+  CHECK(cluster.actor(owned).value("owner", std::uint64_t{0}) != 0);
+  CHECK(cluster.actor(kept).value("owner", std::uint64_t{1}) == 0);
+  REQUIRE(before["placement_groups"].size() == 1);
+
+  REQUIRE(::kill(driver, SIGKILL) == 0);   // no clean exit: the head learns it from the link's end
+  ::waitpid(driver, nullptr, 0);
+  ::close(out);
+  CHECK(cluster.wait_until([&](const json& st) {
+    bool owned_dead = false, kept_alive = false;
+    for (const auto& a : st["actors"]) {
+      if (a.value("id", std::uint64_t{0}) == owned) owned_dead = a.value("state", "") == "dead";
+      if (a.value("id", std::uint64_t{0}) == kept) kept_alive = a.value("state", "") == "alive";
+    }
+    return owned_dead && kept_alive && st["placement_groups"].empty();
+  }, 10s));
+  // What they held is free again; the detached actor still holds its own.
+  CHECK(cluster.wait_until([&](const json& st) {
+    for (const auto& n : st["nodes"]) {
+      std::string total = n.value("resources", "");
+      const auto at = total.find("owned=2");
+      if (at == std::string::npos) continue;
+      return n.value("available", "") == total.replace(at, 7, "owned=1");
+    }
+    return false;
+  }, 10s));
+}
 
 TEST_CASE("kill -9 of a worker restarts its actor until max_restarts, then calls fail with ActorDied") {
   itest::Cluster cluster;

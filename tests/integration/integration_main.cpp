@@ -5,9 +5,11 @@
 
 #include <cstring>
 
+#include "support/helper_main.hpp"
 #include "troupe/troupe.hpp"
 
 int main(int argc, char** argv) {
+  test_support::run_helper_if_asked(argc, argv);   // a driver process of a test, or nothing
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--troupe-worker") == 0) (void)troupe::init(argc, argv);   // never returns
   }

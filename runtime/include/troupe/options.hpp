@@ -45,12 +45,17 @@ class Options {
   // Worker actors: how many times a call in flight when the actor died is sent again to the
   // restarted actor (at-least-once, in submission order); 0: such calls fail with ActorDied.
   Options& max_retries(int n) { max_retries_ = n; return *this; }
+  // Worker actors: owned by no driver (Ray's lifetime="detached"). Otherwise an actor goes when
+  // the driver that spawned it ends, however it ends (kill -9 included: JOB-1); a detached one
+  // runs on until `troupe actor kill ID` or a kill through the head's API.
+  Options& lifetime_detached(bool d = true) { lifetime_detached_ = d; return *this; }
 
   const std::string& name() const { return name_; }
   bool detached() const { return detached_; }
   std::chrono::milliseconds call_timeout() const { return call_timeout_; }
   int max_restarts() const { return max_restarts_; }
   int max_retries() const { return max_retries_; }
+  bool lifetime_detached() const { return lifetime_detached_; }
   std::uint64_t colocate_with() const { return colocate_with_; }
   std::uint64_t placement_group() const { return group_; }
   int bundle_index() const { return bundle_index_; }
@@ -74,6 +79,7 @@ class Options {
   bool colocate_ = false;
   int max_restarts_ = 0;
   int max_retries_ = 0;
+  bool lifetime_detached_ = false;
 };
 
 }  // namespace troupe

@@ -95,9 +95,10 @@ class Runtime {
 
   // Reserves `bundles` ("CPU=1,GPU=1" each) with `strategy` on the cluster (joining it, or
   // starting the embedded one). Returns at once; see PlacementGroup::ready. Throws CallError
-  // (BadArguments) for a malformed bundle or strategy, (Unavailable) without a head.
+  // (BadArguments) for a malformed bundle or strategy, (Unavailable) without a head. The group
+  // is removed when this driver ends, however it ends (JOB-1), unless `lifetime_detached`.
   PlacementGroup placement_group(const std::vector<std::string>& bundles, const std::string& strategy = "PACK",
-                                 const std::string& name = "");
+                                 const std::string& name = "", bool lifetime_detached = false);
 
   // Stops every actor (their calls fail with ActorDied), then joins all threads. Idempotent.
   void shutdown();

@@ -40,6 +40,7 @@ ClusterClient::ClusterClient(detail::RuntimeImpl& rt, Peers& peers, HeadEndpoint
   } catch (const ErrorException& e) {   // NetCode: Unreachable, Refused
     throw CallError(Error{ErrorCode::Unavailable, "the head's link at " + link + ": " + e.error().message});
   }
+  owner_ = session_->welcome().value("owner", std::uint64_t{0});
   peers_.on_loss([this](const net::Link& link, net::LinkEnd end, const std::string& why) { on_link_lost(link, end, why); });
   watcher_ = std::thread([this] { watch_loop(); });
 }
@@ -92,7 +93,8 @@ std::shared_ptr<detail::ActorCell> ClusterClient::spawn(const detail::ActorTypeI
            {"ctor_args", net::to_hex(ctor_args.bytes)}, {"max_restarts", opts.max_restarts()},
            {"max_retries", opts.max_retries()}, {"resources", opts.resource_text()}, {"binary", self_binary()},
            {"colocate_with", opts.colocate_with()}, {"placement_group", opts.placement_group()},
-           {"bundle_index", opts.bundle_index()}, {"colocate", opts.colocate()}};
+           {"bundle_index", opts.bundle_index()}, {"colocate", opts.colocate()},
+           {"owner", opts.lifetime_detached() ? 0 : owner_}};
   auto res = call_head("POST", "/api/v1/actors", req);
   auto id = res.at("actor_id").get<std::uint64_t>();
   auto cell = make_cell(id, type.name, opts.name(), opts.max_retries(), opts.call_timeout());

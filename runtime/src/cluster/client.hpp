@@ -60,6 +60,8 @@ class ClusterClient {
   void stop(bool keep_actors);
 
   const HeadEndpoint& head() const { return head_; }
+  // What this process creates is owned by this id at the head (JOB-1): it goes when the link ends.
+  std::uint64_t owner() const { return owner_; }
   // One head API call; throws CallError (BadArguments for 400/409, Unavailable otherwise).
   nlohmann::json request(const std::string& method, const std::string& target, const nlohmann::json& body) {
     return call_head(method, target, body);
@@ -95,6 +97,7 @@ class ClusterClient {
   std::set<std::uint64_t> unlinked_;   // alive, but their worker could not be linked yet
   std::atomic<bool> stopping_{false};
   std::unique_ptr<net::HeadSession> session_;   // the link to the head
+  std::uint64_t owner_ = 0;
   std::mutex order_mu_;
   OrderHandler on_order_;
   std::thread watcher_;   // takes what the head pushes

@@ -78,6 +78,7 @@ class Head {
   struct Peer {
     enum class Role : std::uint8_t { Unknown, Node, Worker, Driver } role = Role::Unknown;
     std::uint64_t id = 0;                           // the node's or the worker's
+    std::uint64_t owner = 0;                        // a driver's: what it creates is owned by it
     bool directory = false;                         // pushed the directory's changes (drivers, and
                                                     // workers whose link said hello as a driver first)
     std::shared_ptr<net::Link> link;
@@ -89,6 +90,7 @@ class Head {
   void events(Peer& peer, const nlohmann::json& body);
   void push();   // every queued order to its linked node or worker; links of the retired closed
   void push_directory();
+  bool owner_linked(std::uint64_t owner) const;   // 0, or a driver link's owner that is open; mu_ held
 
   HeadConfig config_;
   std::unique_ptr<Store> store_;

@@ -44,10 +44,12 @@ struct SpawnSpec {
   int bundle_index = -1;                // -1: any bundle of the group with room
   bool colocate = false;                // share the bundle's worker process
   std::uint64_t colocate_with = 0;      // 0: none; else run in that actor's worker process
+  std::uint64_t owner = 0;              // the driver link that created it: it goes when that link
+                                        // ends (JOB-1); 0: detached, removed only by hand
 
   // From a create-actor request body ({"type", "ctor_signature", "ctor_args" (hex), "binary",
   // optional "name", "resources", "max_restarts", "max_retries", "placement_group",
-  // "bundle_index", "colocate", "colocate_with"}). ControlCode::BadRequest naming the field.
+  // "bundle_index", "colocate", "colocate_with", "owner"}). ControlCode::BadRequest naming the field.
   static Result<SpawnSpec> from_json(const nlohmann::json& body);
 };
 
@@ -84,6 +86,7 @@ struct GroupRecord {
   std::vector<placement::Resources> bundles;
   bool wait_if_unplaced = true;
   std::vector<std::uint64_t> bundle_nodes;   // per bundle: where it is reserved, 0: not reserved
+  std::uint64_t owner = 0;                   // as SpawnSpec::owner
 };
 
 // A node daemon's orders.
