@@ -2,6 +2,7 @@
 // one line on stderr ("troupe: ...").
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace troupe::cli {
@@ -25,6 +26,9 @@ struct StartFlags : CommonFlags {
 int start(const StartFlags& f);
 int status(const CommonFlags& f, bool json);
 int stop(const CommonFlags& f);
+// Removes what no driver owns any more (detached actors and groups) by hand.
+int actor_kill(const CommonFlags& f, std::uint64_t id, const std::string& reason);
+int group_remove(const CommonFlags& f, std::uint64_t id);
 
 // The token from --token, --token-file, TROUPE_TOKEN or this machine's latest session, in that
 // order; "" if none.

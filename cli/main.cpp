@@ -3,6 +3,8 @@
 //   troupe start --address HOST:PORT [--token ...] [--resources R] [--block]
 //   troupe status [--address HOST:PORT] [--json]
 //   troupe stop
+//   troupe actor kill ID [--reason R]
+//   troupe pg remove ID
 #include <CLI/CLI.hpp>
 
 #include <cstdlib>
@@ -47,6 +49,22 @@ int main(int argc, char** argv) {
   auto* sp = app.add_subcommand("stop", "Stop the head and daemons this machine started (and their workers)");
   add_common(sp, common);
 
+  std::uint64_t target = 0;
+  std::string reason = "was killed by hand";
+  auto* actor = app.add_subcommand("actor", "Actors (a detached one runs until killed here)");
+  actor->require_subcommand(1);
+  auto* kill = actor->add_subcommand("kill", "Kill an actor: its calls fail with ActorDied");
+  add_common(kill, common);
+  kill->add_option("--address", common.address, "HOST:PORT of the head");
+  kill->add_option("id", target, "The actor's id (troupe status)")->required()->check(CLI::PositiveNumber);
+  kill->add_option("--reason", reason, "Why, as its callers will read it");
+  auto* pg = app.add_subcommand("pg", "Placement groups (a detached one stays until removed here)");
+  pg->require_subcommand(1);
+  auto* remove = pg->add_subcommand("remove", "Remove a placement group: its bundles come free, its actors are killed");
+  add_common(remove, common);
+  remove->add_option("--address", common.address, "HOST:PORT of the head");
+  remove->add_option("id", target, "The group's id (troupe status)")->required()->check(CLI::PositiveNumber);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -56,6 +74,8 @@ int main(int argc, char** argv) {
     if (s->parsed()) return troupe::cli::start(start);
     if (st->parsed()) return troupe::cli::status(common, as_json);
     if (sp->parsed()) return troupe::cli::stop(common);
+    if (kill->parsed()) return troupe::cli::actor_kill(common, target, reason);
+    if (remove->parsed()) return troupe::cli::group_remove(common, target);
   } catch (const std::exception& e) {
     std::cerr << "troupe: " << e.what() << "\n";
     return 1;

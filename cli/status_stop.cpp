@@ -77,16 +77,44 @@ void print_table(const json& s) {
 
 }  // namespace
 
-int status(const CommonFlags& f, bool as_json) {
+namespace {
+
+// One call to the head's API; prints the head's refusal and returns 1 for any status but 200.
+int head_call(const CommonFlags& f, const std::string& method, const std::string& target, const json& body, json* out) {
   std::string address = resolve_address(f);
   if (address.empty()) throw std::invalid_argument("no head address: pass --address HOST:PORT");
   auto [host, port] = net::split_address(address);
-  auto res = net::http_call(host, port, "GET", "/api/v1/status", "", resolve_token(f), std::chrono::seconds(5));
-  json body = json::parse(res.body, nullptr, false);
+  auto res = net::http_call(host, port, method, target, body.is_null() ? "" : body.dump(), resolve_token(f),
+                            std::chrono::seconds(5));
+  json parsed = json::parse(res.body, nullptr, false);
   if (res.status != 200) {
-    std::cerr << "troupe: the head refused: " << (body.is_object() ? body.value("error", res.body) : res.body) << "\n";
+    std::cerr << "troupe: the head refused: " << (parsed.is_object() ? parsed.value("error", res.body) : res.body) << "\n";
     return 1;
   }
+  if (out != nullptr) *out = std::move(parsed);
+  return 0;
+}
+
+}  // namespace
+
+int actor_kill(const CommonFlags& f, std::uint64_t id, const std::string& reason) {
+  json a;
+  if (int rc = head_call(f, "POST", "/api/v1/actors/" + std::to_string(id) + "/kill", json{{"reason", reason}}, &a)) return rc;
+  std::cout << "actor " << id << ": " << a.value("state", "") << "\n";
+  return 0;
+}
+
+int group_remove(const CommonFlags& f, std::uint64_t id) {
+  json r;
+  if (int rc = head_call(f, "POST", "/api/v1/placement_groups/" + std::to_string(id) + "/remove", json::object(), &r)) return rc;
+  std::cout << "placement group " << id << " removed (" << r.value("killed_actors", json::array()).size()
+            << " actors killed)\n";
+  return 0;
+}
+
+int status(const CommonFlags& f, bool as_json) {
+  json body;
+  if (int rc = head_call(f, "GET", "/api/v1/status", nullptr, &body)) return rc;
   if (as_json) std::cout << body.dump(2) << "\n"; else print_table(body);
   return 0;
 }

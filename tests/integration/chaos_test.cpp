@@ -41,8 +41,9 @@ int owning_driver(const std::string& arg) {
   auto owned = rt.spawn<Store>(troupe::Options{}.resources("owned=1"), 1);
   auto kept = rt.spawn<Store>(troupe::Options{}.resources("owned=1").lifetime_detached(), 2);
   auto group = rt.placement_group({"CPU=1"});
-  if (!owned.ready().wait_for(30s) || !kept.ready().wait_for(30s) || !group.ready(30s)) return 1;
-  std::cout << owned.id() << ' ' << kept.id() << ' ' << group.id() << std::endl;
+  auto kept_group = rt.placement_group({"CPU=1"}, "PACK", "kept", /*lifetime_detached=*/true);
+  if (!owned.ready().wait_for(30s) || !kept.ready().wait_for(30s) || !group.ready(30s) || !kept_group.ready(30s)) return 1;
+  std::cout << owned.id() << ' ' << kept.id() << ' ' << group.id() << ' ' << kept_group.id() << std::endl;
   for (;;) ::pause();
 }
 TROUPE_TEST_HELPER("owning-driver", owning_driver);
@@ -90,16 +91,17 @@ TEST_CASE("kill -9 of a driver: its actors and placement groups go and their res
   int out = -1;
   const pid_t driver = start_helper("owning-driver", cluster.address() + " " + cluster.token(), &out);
   std::istringstream ids(read_line(out, 60s));
-  std::uint64_t owned = 0, kept = 0, group = 0;
-  ids >> owned >> kept >> group;
+  std::uint64_t owned = 0, kept = 0, group = 0, kept_group = 0;
+  ids >> owned >> kept >> group >> kept_group;
   REQUIRE(owned != 0);
   REQUIRE(kept != 0);
   REQUIRE(group != 0);
+  REQUIRE(kept_group != 0);
   auto before = cluster.status();
   CHECK(cluster.actor(owned).value("state", "") == "alive");
   CHECK(cluster.actor(owned).value("owner", std::uint64_t{0}) != 0);
   CHECK(cluster.actor(kept).value("owner", std::uint64_t{1}) == 0);
-  REQUIRE(before["placement_groups"].size() == 1);
+  REQUIRE(before["placement_groups"].size() == 2);
 
   REQUIRE(::kill(driver, SIGKILL) == 0);   // no clean exit: the head learns it from the link's end
   ::waitpid(driver, nullptr, 0);
@@ -110,18 +112,41 @@ TEST_CASE("kill -9 of a driver: its actors and placement groups go and their res
       if (a.value("id", std::uint64_t{0}) == owned) owned_dead = a.value("state", "") == "dead";
       if (a.value("id", std::uint64_t{0}) == kept) kept_alive = a.value("state", "") == "alive";
     }
-    return owned_dead && kept_alive && st["placement_groups"].empty();
+    return owned_dead && kept_alive && st["placement_groups"].size() == 1 &&
+           st["placement_groups"][0].value("id", std::uint64_t{0}) == kept_group;
   }, 10s));
-  // What they held is free again; the detached actor still holds its own.
+  // What the owned actor held is free again; the detached one still holds its own.
   CHECK(cluster.wait_until([&](const json& st) {
     for (const auto& n : st["nodes"]) {
-      std::string total = n.value("resources", "");
-      const auto at = total.find("owned=2");
-      if (at == std::string::npos) continue;
-      return n.value("available", "") == total.replace(at, 7, "owned=1");
+      if (n.value("resources", "").find("owned=2") != std::string::npos) {
+        return n.value("available", "").find("owned=1") != std::string::npos;
+      }
     }
     return false;
   }, 10s));
+
+  // What no driver owns is removed by hand.
+  const std::vector<std::string> to_head{"--address", cluster.address(), "--token", cluster.token()};
+  auto with = [&](std::vector<std::string> args) { args.insert(args.end(), to_head.begin(), to_head.end()); return args; };
+  int rc = -1;
+  cluster.cli(with({"actor", "kill", std::to_string(kept)}), &rc);
+  CHECK(rc == 0);
+  cluster.cli(with({"pg", "remove", std::to_string(kept_group)}), &rc);
+  CHECK(rc == 0);
+  auto after = cluster.status();
+  CHECK(cluster.actor(kept).value("state", "") == "dead");
+  CHECK(after["placement_groups"].empty());
+  CHECK(cluster.wait_until([&](const json& st) {   // every node whole again
+    for (const auto& n : st["nodes"]) {
+      if (n.value("available", "") != n.value("resources", "")) return false;
+    }
+    return true;
+  }, 10s));
+  const std::string refused = cluster.cli(with({"pg", "remove", std::to_string(kept_group)}), &rc);
+  CHECK(rc == 1);
+  CHECK(refused.find("no placement group " + std::to_string(kept_group)) != std::string::npos);
+  cluster.cli(with({"actor", "kill", "nope"}), &rc);
+  CHECK(rc != 0);
 }
 
 TEST_CASE("kill -9 of a worker restarts its actor until max_restarts, then calls fail with ActorDied") {
