@@ -24,7 +24,8 @@ struct StartFlags : CommonFlags {
 };
 
 int start(const StartFlags& f);
-int status(const CommonFlags& f, bool json);
+// One cluster's status; with `all`, every live session under the temp dir (embedded runs too).
+int status(const CommonFlags& f, bool json, bool all);
 int stop(const CommonFlags& f);
 // Removes what no driver owns any more (detached actors and groups) by hand.
 int actor_kill(const CommonFlags& f, std::uint64_t id, const std::string& reason);

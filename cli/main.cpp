@@ -1,7 +1,7 @@
 // troupe: start and stop a cluster's daemons and look at it.
 //   troupe start --head [--port P] [--bind ADDR] [--token T | --token-file F] [--resources R] [--block]
 //   troupe start --address HOST:PORT [--token ...] [--resources R] [--block]
-//   troupe status [--address HOST:PORT] [--json]
+//   troupe status [--address HOST:PORT] [--json] [--all]
 //   troupe stop
 //   troupe actor kill ID [--reason R]
 //   troupe pg remove ID
@@ -45,6 +45,8 @@ int main(int argc, char** argv) {
   add_common(st, common);
   st->add_option("--address", common.address, "HOST:PORT of the head");
   st->add_flag("--json", as_json, "Print JSON for scripts");
+  bool all_sessions = false;
+  st->add_flag("--all", all_sessions, "Every live session on this machine, programs' embedded clusters too");
 
   auto* sp = app.add_subcommand("stop", "Stop the head and daemons this machine started (and their workers)");
   add_common(sp, common);
@@ -72,7 +74,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (s->parsed()) return troupe::cli::start(start);
-    if (st->parsed()) return troupe::cli::status(common, as_json);
+    if (st->parsed()) return troupe::cli::status(common, as_json, all_sessions);
     if (sp->parsed()) return troupe::cli::stop(common);
     if (kill->parsed()) return troupe::cli::actor_kill(common, target, reason);
     if (remove->parsed()) return troupe::cli::group_remove(common, target);

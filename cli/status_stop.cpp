@@ -112,7 +112,41 @@ int group_remove(const CommonFlags& f, std::uint64_t id) {
   return 0;
 }
 
-int status(const CommonFlags& f, bool as_json) {
+int status_all(const CommonFlags& f, bool as_json) {
+  json all = json::array();
+  for (const auto& dir : net::session_dirs(f.temp_dir)) {
+    std::string address, token;
+    std::ifstream(fs::path(dir) / "head_address") >> address;
+    std::ifstream(fs::path(dir) / "token") >> token;
+    if (address.empty() || token.empty()) continue;
+    net::HttpResponse res;
+    try {
+      auto [host, port] = net::split_address(address);
+      res = net::http_call(host, port, "GET", "/api/v1/status", "", token, std::chrono::seconds(1));
+    } catch (const std::exception&) {   // its head is gone (or the address is bad): not live
+      continue;
+    }
+    json body = json::parse(res.body, nullptr, false);
+    if (res.status != 200 || !body.is_object()) continue;   // another head on a reused port
+    body["session"] = dir;
+    body["embedded"] = fs::exists(fs::path(dir) / "embedded");
+    all.push_back(std::move(body));
+  }
+  if (as_json) {
+    std::cout << all.dump(2) << "\n";
+    return 0;
+  }
+  if (all.empty()) std::cout << "no live session under " << f.temp_dir << "\n";
+  for (const auto& s : all) {
+    std::cout << "== " << s.value("session", "") << (s.value("embedded", false) ? " (embedded in a program)" : "") << "\n";
+    print_table(s);
+    std::cout << "\n";
+  }
+  return 0;
+}
+
+int status(const CommonFlags& f, bool as_json, bool all) {
+  if (all) return status_all(f, as_json);
   json body;
   if (int rc = head_call(f, "GET", "/api/v1/status", nullptr, &body)) return rc;
   if (as_json) std::cout << body.dump(2) << "\n"; else print_table(body);

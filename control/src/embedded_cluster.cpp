@@ -4,7 +4,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
 #include <filesystem>
+#include <fstream>
 #include <memory>
 
 #include "troupe/control/head.hpp"
@@ -18,9 +21,13 @@ namespace {
 class LocalCluster final : public EmbeddedCluster {
  public:
   explicit LocalCluster(const EmbeddedClusterSpec& spec)
-      : session_(net::make_session_dir(spec.session_root)), token_(net::random_token()) {
+      : session_(net::make_session_dir(spec.session_root, /*latest=*/false)), token_(net::random_token()) {
+    // A session of its own: the machine's latest stays the last `troupe start` (troupe status
+    // --all lists this one too, while it runs).
     net::write_private_file((std::filesystem::path(session_) / "token").string(), token_ + "\n");
     head_ = std::make_unique<Head>(HeadConfig{"127.0.0.1", 0, token_, session_});
+    std::ofstream(std::filesystem::path(session_) / "head_address") << head_->address() << "\n";
+    std::ofstream(std::filesystem::path(session_) / "embedded") << ::getpid() << "\n";
     node_ = std::make_unique<NodeDaemon>(DaemonConfig{"127.0.0.1", head_->port(), token_, "", "127.0.0.1", session_});
     node_->start(std::chrono::seconds(10));
     spdlog::info("embedded cluster at {} (session {})", head_->address(), session_);

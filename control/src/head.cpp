@@ -116,6 +116,8 @@ void Head::stop() {
   if (server_) server_->stop();
   if (links_) links_->stop();
   if (detector_.joinable()) detector_.join();
+  std::lock_guard lk(mu_);
+  peers_.clear();   // the links go before the hub that ran them
 }
 
 net::HttpResponse Head::route(const net::HttpRequest& req) {

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <algorithm>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -13,7 +14,7 @@
 namespace troupe::net {
 namespace fs = std::filesystem;
 
-std::string make_session_dir(const std::string& root) {
+std::string make_session_dir(const std::string& root, bool make_latest) {
   std::time_t now = std::time(nullptr);
   std::tm tm{};
   localtime_r(&now, &tm);
@@ -23,6 +24,7 @@ std::string make_session_dir(const std::string& root) {
   std::error_code ec;
   fs::create_directories(dir / "logs", ec);
   if (ec) throw std::runtime_error("cannot create session directory " + dir.string() + ": " + ec.message());
+  if (!make_latest) return dir.string();
   fs::path latest = fs::path(root) / "session_latest";
   fs::path tmp = fs::path(root) / ("session_latest." + std::to_string(::getpid()));
   fs::remove(tmp, ec);
@@ -42,6 +44,18 @@ void write_private_file(const std::string& path, const std::string& content) {
     done += std::size_t(n);
   }
   ::close(fd);
+}
+
+std::vector<std::string> session_dirs(const std::string& root) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const auto name = e.path().filename().string();
+    if (name.rfind("session_", 0) != 0 || name == "session_latest" || e.is_symlink(ec) || !e.is_directory(ec)) continue;
+    if (fs::exists(e.path() / "head_address", ec) && fs::exists(e.path() / "token", ec)) out.push_back(e.path().string());
+  }
+  std::sort(out.rbegin(), out.rend());   // session_<time>_<pid>: newest first
+  return out;
 }
 
 std::string latest_session_token(const std::string& root) {

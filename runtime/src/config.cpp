@@ -56,53 +56,90 @@ void check_level(const std::string& what, const std::string& value) {
   }
 }
 
-}  // namespace
+// What the command line gave, as text: a setting's flag wins over its variable.
+struct FlagValues {
+  std::string threads, level, timeout, remote_timeout, address, token, token_file;
+};
 
-RuntimeConfig RuntimeConfig::from_env() {
-  RuntimeConfig c;
-  if (const char* v = std::getenv("TROUPE_THREADS")) c.threads = int(parse_nonnegative("TROUPE_THREADS", v));
-  if (const char* v = std::getenv("TROUPE_LOG_LEVEL")) { check_level("TROUPE_LOG_LEVEL", v); c.log_level = v; }
-  if (const char* v = std::getenv("TROUPE_CALL_TIMEOUT_MS")) {
-    c.call_timeout = std::chrono::milliseconds(parse_nonnegative("TROUPE_CALL_TIMEOUT_MS", v));
-  }
-  if (const char* v = std::getenv("TROUPE_REMOTE_CALL_TIMEOUT_MS")) {
-    c.remote_call_timeout = std::chrono::milliseconds(parse_positive("TROUPE_REMOTE_CALL_TIMEOUT_MS", v));
-  }
-  if (const char* v = std::getenv("TROUPE_ADDRESS")) c.address = v;
-  if (const char* v = std::getenv("TROUPE_TOKEN_FILE")) c.token = read_token_file("TROUPE_TOKEN_FILE", v);
-  if (const char* v = std::getenv("TROUPE_TOKEN")) c.token = v;
-  if (const char* v = std::getenv("TROUPE_TMPDIR")) c.session_root = v;
-  return c;
-}
-
-RuntimeConfig RuntimeConfig::from_args(int argc, const char* const* argv, RuntimeConfig base) {
+// Parses the --troupe-* flags (and --address); every other argument is left alone.
+FlagValues parse_flags(int argc, const char* const* argv) {
+  FlagValues f;
   CLI::App app("troupe runtime");
   app.set_help_flag();     // --help belongs to the user's program
   app.allow_extras();
-  std::string threads, level, timeout, remote_timeout, token_file;
-  app.add_option("--troupe-threads", threads);
-  app.add_option("--troupe-log-level", level);
-  app.add_option("--troupe-call-timeout-ms", timeout);
-  app.add_option("--troupe-remote-call-timeout-ms", remote_timeout);
-  app.add_option("--address", base.address);
-  app.add_option("--troupe-token", base.token);
-  app.add_option("--troupe-token-file", token_file);
+  app.add_option("--troupe-threads", f.threads);
+  app.add_option("--troupe-log-level", f.level);
+  app.add_option("--troupe-call-timeout-ms", f.timeout);
+  app.add_option("--troupe-remote-call-timeout-ms", f.remote_timeout);
+  app.add_option("--address", f.address);
+  app.add_option("--troupe-token", f.token);
+  app.add_option("--troupe-token-file", f.token_file);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     throw std::invalid_argument(e.what());
   }
-  if (!threads.empty()) base.threads = int(parse_nonnegative("--troupe-threads", threads));
-  if (!level.empty()) { check_level("--troupe-log-level", level); base.log_level = level; }
-  if (!timeout.empty()) {
-    base.call_timeout = std::chrono::milliseconds(parse_nonnegative("--troupe-call-timeout-ms", timeout));
+  return f;
+}
+
+// The environment's values of the same settings; TROUPE_TMPDIR has no flag.
+FlagValues env_values() {
+  auto get = [](const char* name) { const char* v = std::getenv(name); return v == nullptr ? std::string() : std::string(v); };
+  return FlagValues{get("TROUPE_THREADS"), get("TROUPE_LOG_LEVEL"), get("TROUPE_CALL_TIMEOUT_MS"),
+                    get("TROUPE_REMOTE_CALL_TIMEOUT_MS"), get("TROUPE_ADDRESS"), get("TROUPE_TOKEN"),
+                    get("TROUPE_TOKEN_FILE")};
+}
+
+// Applies the values given in `v` (empty: not given) over `c`; a bad one throws naming `names`'
+// entry for it (the flag's or the variable's name, whichever it came from).
+void apply(RuntimeConfig& c, const FlagValues& v, const FlagValues& names) {
+  if (!v.threads.empty()) c.threads = int(parse_nonnegative(names.threads, v.threads));
+  if (!v.level.empty()) { check_level(names.level, v.level); c.log_level = v.level; }
+  if (!v.timeout.empty()) c.call_timeout = std::chrono::milliseconds(parse_nonnegative(names.timeout, v.timeout));
+  if (!v.remote_timeout.empty()) {
+    c.remote_call_timeout = std::chrono::milliseconds(parse_positive(names.remote_timeout, v.remote_timeout));
   }
-  if (!remote_timeout.empty()) {
-    base.remote_call_timeout =
-        std::chrono::milliseconds(parse_positive("--troupe-remote-call-timeout-ms", remote_timeout));
-  }
-  if (!token_file.empty()) base.token = read_token_file("--troupe-token-file", token_file);
+  if (!v.address.empty()) c.address = v.address;
+  if (!v.token.empty()) c.token = v.token;   // a token wins over a token file of the same source
+  else if (!v.token_file.empty()) c.token = read_token_file(names.token_file, v.token_file);
+}
+
+const FlagValues kFlagNames{"--troupe-threads", "--troupe-log-level", "--troupe-call-timeout-ms",
+                            "--troupe-remote-call-timeout-ms", "--address", "--troupe-token", "--troupe-token-file"};
+const FlagValues kEnvNames{"TROUPE_THREADS", "TROUPE_LOG_LEVEL", "TROUPE_CALL_TIMEOUT_MS",
+                           "TROUPE_REMOTE_CALL_TIMEOUT_MS", "TROUPE_ADDRESS", "TROUPE_TOKEN", "TROUPE_TOKEN_FILE"};
+
+}  // namespace
+
+RuntimeConfig RuntimeConfig::from_env() {
+  RuntimeConfig c;
+  apply(c, env_values(), kEnvNames);
+  if (const char* v = std::getenv("TROUPE_TMPDIR")) c.session_root = v;
+  return c;
+}
+
+RuntimeConfig RuntimeConfig::from_args(int argc, const char* const* argv, RuntimeConfig base) {
+  const FlagValues flags = parse_flags(argc, argv);
+  FlagValues given = flags;
+  if (!flags.token.empty()) given.token_file.clear();   // --troupe-token wins over --troupe-token-file
+  apply(base, given, kFlagNames);
   return base;
+}
+
+RuntimeConfig RuntimeConfig::from_args_and_env(int argc, const char* const* argv) {
+  const FlagValues flags = parse_flags(argc, argv);
+  FlagValues env = env_values();
+  // A setting the command line gives is not read from the environment at all.
+  if (!flags.threads.empty()) env.threads.clear();
+  if (!flags.level.empty()) env.level.clear();
+  if (!flags.timeout.empty()) env.timeout.clear();
+  if (!flags.remote_timeout.empty()) env.remote_timeout.clear();
+  if (!flags.address.empty()) env.address.clear();
+  if (!flags.token.empty() || !flags.token_file.empty()) env.token.clear(), env.token_file.clear();
+  RuntimeConfig c;
+  apply(c, env, kEnvNames);
+  if (const char* v = std::getenv("TROUPE_TMPDIR")) c.session_root = v;
+  return from_args(argc, argv, std::move(c));
 }
 
 Runtime init(int argc, char** argv) {
@@ -111,7 +148,7 @@ Runtime init(int argc, char** argv) {
   }
   RuntimeConfig config;
   try {
-    config = RuntimeConfig::from_args(argc, argv, RuntimeConfig::from_env());
+    config = RuntimeConfig::from_args_and_env(argc, argv);
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "troupe: %s\n", e.what());
     std::exit(2);

@@ -1,9 +1,11 @@
 #include "runtime_impl.hpp"
 
 #include <caf/all.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 
@@ -210,7 +212,25 @@ Runtime::Runtime(Runtime&&) noexcept = default;
 Runtime& Runtime::operator=(Runtime&&) noexcept = default;
 Runtime::~Runtime() = default;
 
+namespace {
+
+// stdout belongs to the program: troupe's log lines go to stderr (a worker's and a daemon's both
+// land in the session's log files). A default logger the program installed itself is kept.
+void log_to_stderr() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    auto current = spdlog::default_logger();
+    if (current != nullptr && !current->name().empty()) return;
+    auto logger = std::make_shared<spdlog::logger>("troupe", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
+    if (current != nullptr) logger->set_level(current->level());
+    spdlog::set_default_logger(std::move(logger));
+  });
+}
+
+}  // namespace
+
 Runtime Runtime::create(RuntimeConfig config) {
+  log_to_stderr();
   auto level = spdlog::level::from_str(config.log_level);
   spdlog::set_level(level);
   return Runtime(std::make_unique<detail::RuntimeImpl>(std::move(config)));

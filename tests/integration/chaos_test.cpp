@@ -3,10 +3,7 @@
 // actors and groups go with it (JOB-1).
 #include <doctest/doctest.h>
 
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -48,49 +45,14 @@ int owning_driver(const std::string& arg) {
 }
 TROUPE_TEST_HELPER("owning-driver", owning_driver);
 
-// Starts this binary as helper `name` with `arg`; its stdout comes back on *out.
-pid_t start_helper(const std::string& name, const std::string& arg, int* out) {
-  int fds[2];
-  REQUIRE(::pipe(fds) == 0);
-  std::string exe = "/proc/self/exe", flag = "--test-helper", n = name, a = arg;
-  std::vector<char*> argv{exe.data(), flag.data(), n.data(), a.data(), nullptr};
-  pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {   // async-signal-safe calls only until exec
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    ::dup2(fds[1], 1);
-    ::close(fds[0]);
-    ::execv("/proc/self/exe", argv.data());
-    ::_exit(127);
-  }
-  ::close(fds[1]);
-  *out = fds[0];
-  return pid;
-}
-
-// One line from `fd` within `timeout` (empty if none came).
-std::string read_line(int fd, std::chrono::milliseconds timeout) {
-  std::string line;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    pollfd p{fd, POLLIN, 0};
-    if (left.count() <= 0 || ::poll(&p, 1, int(left.count())) <= 0) return {};
-    char c = 0;
-    if (::read(fd, &c, 1) != 1) return {};
-    if (c == '\n') return line;
-    line += c;
-  }
-}
-
 }  // namespace
 
 TEST_CASE("kill -9 of a driver: its actors and placement groups go and their resources come free, detached ones stay") {
   itest::Cluster cluster;
   cluster.add_node("CPU=4,owned=2");
   int out = -1;
-  const pid_t driver = start_helper("owning-driver", cluster.address() + " " + cluster.token(), &out);
-  std::istringstream ids(read_line(out, 60s));
+  const pid_t driver = itest::start_helper("owning-driver", cluster.address() + " " + cluster.token(), &out);
+  std::istringstream ids(itest::read_line(out, 60s));
   std::uint64_t owned = 0, kept = 0, group = 0, kept_group = 0;
   ids >> owned >> kept >> group >> kept_group;
   REQUIRE(owned != 0);

@@ -1,7 +1,9 @@
 #include "cluster_harness.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +23,55 @@ troupe::Runtime connect(const Cluster& c, std::chrono::seconds call_timeout) {
   cfg.token = c.token();
   cfg.remote_call_timeout = call_timeout;
   return troupe::Runtime::create(cfg);
+}
+
+pid_t start_helper(const std::string& name, const std::string& arg, int* out) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
+  std::string exe = "/proc/self/exe", flag = "--test-helper", n = name, a = arg;
+  std::vector<char*> argv{exe.data(), flag.data(), n.data(), a.data(), nullptr};
+  pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("fork");
+  if (pid == 0) {   // async-signal-safe calls only until exec
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    ::dup2(fds[1], 1);   // dup2 clears CLOEXEC on the copy
+    ::execv("/proc/self/exe", argv.data());
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  *out = fds[0];
+  return pid;
+}
+
+namespace {
+
+// Reads what comes on fd until `stop(text)` holds, EOF, or the deadline.
+template <class Stop>
+std::string read_until(int fd, std::chrono::milliseconds timeout, Stop stop) {
+  std::string text;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!stop(text)) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd p{fd, POLLIN, 0};
+    if (left.count() <= 0 || ::poll(&p, 1, int(left.count())) <= 0) break;
+    char c = 0;
+    if (::read(fd, &c, 1) != 1) break;
+    text += c;
+  }
+  return text;
+}
+
+}  // namespace
+
+std::string read_line(int fd, std::chrono::milliseconds timeout) {
+  std::string line = read_until(fd, timeout, [](const std::string& t) { return !t.empty() && t.back() == '\n'; });
+  if (line.empty() || line.back() != '\n') return {};
+  line.pop_back();
+  return line;
+}
+
+std::string read_all(int fd, std::chrono::milliseconds timeout) {
+  return read_until(fd, timeout, [](const std::string&) { return false; });
 }
 
 CommandResult run(const std::vector<std::string>& argv, std::chrono::seconds timeout) {

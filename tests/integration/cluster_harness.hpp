@@ -25,6 +25,13 @@ struct CommandResult {
 class Cluster;
 troupe::Runtime connect(const Cluster& c, std::chrono::seconds call_timeout);
 
+// Starts this test binary again as helper `name` with `arg` (support/helper_main.hpp); the
+// helper's stdout comes back on *out (its stderr is this process's). It dies with this process.
+pid_t start_helper(const std::string& name, const std::string& arg, int* out);
+// One line from `fd` within `timeout` (empty if none came); all that comes until EOF, for read_all.
+std::string read_line(int fd, std::chrono::milliseconds timeout);
+std::string read_all(int fd, std::chrono::milliseconds timeout);
+
 // Runs argv with a deadline.
 CommandResult run(const std::vector<std::string>& argv, std::chrono::seconds timeout = std::chrono::seconds(30));
 

@@ -2,20 +2,25 @@
 // calls from the driver and between actors, a 256 MiB tensor between workers of two daemons.
 #include <doctest/doctest.h>
 
-#include <sys/socket.h>
-#include <netinet/in.h>
 #include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <iostream>
 #include <random>
 
 #include "cluster_harness.hpp"
+#include "support/helper_main.hpp"
 #include "support/temp_dir.hpp"
 #include "test_actors.hpp"
 
 using namespace std::chrono_literals;
 using troupe::ErrorCode;
+
+using nlohmann::json;
 
 namespace {
 
@@ -158,6 +163,63 @@ TEST_CASE("colocated actors share one worker process") {
     REQUIRE(more[std::size_t(i)].ready().wait_for(20s));
     CHECK(more[std::size_t(i)].call(&Store::get).get() == i);
   }
+}
+
+namespace {
+
+// A program run with no address, as a user runs one: its stdout is its own.
+// With "wait" it then runs on until killed.
+int embedded_program(const std::string& arg) {
+  auto rt = troupe::Runtime::create(troupe::RuntimeConfig::from_env());
+  auto s = rt.spawn<Store>(troupe::Options{}.process(true), 10);
+  const int sum = s.call(&Store::add, 1).get();
+  std::cout << "result " << sum << std::endl;
+  while (arg == "wait") ::pause();
+  rt.shutdown();
+  return 0;
+}
+TROUPE_TEST_HELPER("embedded-program", embedded_program);
+
+}  // namespace
+
+TEST_CASE("an embedded run's stdout holds the program's output only: troupe logs to stderr") {
+  int out = -1;
+  setenv("TROUPE_LOG_LEVEL", "info", 1);   // so that the runtime has lines to log
+  const pid_t pid = itest::start_helper("embedded-program", "", &out);
+  unsetenv("TROUPE_LOG_LEVEL");
+  const std::string printed = itest::read_all(out, 60s);
+  ::close(out);
+  int status = -1;
+  ::waitpid(pid, &status, 0);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(printed == "result 11\n");
+}
+
+TEST_CASE("an embedded run keeps a session of its own: troupe status still finds the started cluster, --all lists both") {
+  itest::Cluster cluster;
+  setenv("TROUPE_TMPDIR", cluster.temp_dir().c_str(), 1);   // the program's sessions go where the cluster's are
+  int out = -1;
+  const pid_t program = itest::start_helper("embedded-program", "wait", &out);
+  unsetenv("TROUPE_TMPDIR");
+  CHECK(itest::read_line(out, 60s) == "result 11");
+  int rc = -1;
+  const auto latest = json::parse(cluster.cli({"status", "--json"}, &rc), nullptr, false);   // this machine's default
+  CHECK(rc == 0);
+  REQUIRE(latest.is_object());
+  CHECK(latest.value("head", "") == cluster.address());
+  const auto all = json::parse(cluster.cli({"status", "--all", "--json"}, &rc), nullptr, false);
+  CHECK(rc == 0);
+  REQUIRE(all.is_array());
+  REQUIRE(all.size() == 2);
+  int embedded = 0;
+  for (const auto& s : all) embedded += s.value("embedded", false) ? 1 : 0;
+  CHECK(embedded == 1);
+  ::kill(program, SIGKILL);
+  ::waitpid(program, nullptr, 0);
+  ::close(out);
+  const auto after = json::parse(cluster.cli({"status", "--all", "--json"}, &rc), nullptr, false);
+  CHECK(after.size() == 1);   // a session whose head is gone is not listed
 }
 
 TEST_CASE("without an address, a process actor runs on an embedded head and node") {

@@ -50,3 +50,31 @@ TEST_CASE("bad values are rejected with a message naming the flag or variable") 
   }
   unsetenv("TROUPE_CALL_TIMEOUT_MS");
 }
+
+TEST_CASE("flags win over variables, and only the value in force is checked") {
+  setenv("TROUPE_THREADS", "lots", 1);                 // bad, but the flag overrides it
+  setenv("TROUPE_REMOTE_CALL_TIMEOUT_MS", "0", 1);    // bad, overridden too
+  setenv("TROUPE_LOG_LEVEL", "warn", 1);               // good, and in force
+  const char* argv[] = {"prog", "--troupe-threads", "3", "--troupe-remote-call-timeout-ms", "700", "mine"};
+  auto c = troupe::RuntimeConfig::from_args_and_env(6, argv);
+  CHECK(c.threads == 3);
+  CHECK(c.remote_call_timeout.count() == 700);
+  CHECK(c.log_level == "warn");
+  const char* bare[] = {"prog"};
+  try {   // without the flag the variable is in force: refused, named
+    (void)troupe::RuntimeConfig::from_args_and_env(1, bare);
+    FAIL("accepted TROUPE_THREADS=lots");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()).find("TROUPE_THREADS") != std::string::npos);
+  }
+  const char* bad_flag[] = {"prog", "--troupe-threads", "x2", "--troupe-remote-call-timeout-ms", "9"};
+  try {   // a bad flag is named as the flag, not as the variable
+    (void)troupe::RuntimeConfig::from_args_and_env(5, bad_flag);
+    FAIL("accepted --troupe-threads x2");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()).find("--troupe-threads") != std::string::npos);
+  }
+  unsetenv("TROUPE_THREADS");
+  unsetenv("TROUPE_REMOTE_CALL_TIMEOUT_MS");
+  unsetenv("TROUPE_LOG_LEVEL");
+}

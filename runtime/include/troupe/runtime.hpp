@@ -37,6 +37,10 @@ struct RuntimeConfig {
   // Applies --troupe-* flags over `base`; leaves every other argument alone. Throws
   // std::invalid_argument naming the bad flag.
   static RuntimeConfig from_args(int argc, const char* const* argv, RuntimeConfig base);
+  // Flags over the environment, as troupe::init reads them: a flag wins over its variable, and
+  // only the value in force is checked (a bad TROUPE_THREADS is no error under --troupe-threads).
+  // Throws std::invalid_argument naming the flag or variable the bad value came from.
+  static RuntimeConfig from_args_and_env(int argc, const char* const* argv);
 };
 
 namespace detail {
