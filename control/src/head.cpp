@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
+#include <set>
 
 #include "head_state.hpp"
 #include "troupe/net/head_link.hpp"
@@ -311,15 +313,25 @@ json Head::group_json(const placement::GroupView& g) const {
 
 // ---- failure detection ----
 
+// A node with an open link is watched by its link (its end, or its silence, is the node's
+// death). Only nodes without one (loaded from the store, their daemons not back) have a deadline
+// here; with none, this waits for the next change and wakes for nothing else.
 void Head::detector_loop() {
   std::unique_lock lk(mu_);
   while (!stopping_) {
-    cv_.wait_for(lk, std::chrono::milliseconds(100));   // a clock, not a poll: node deadlines pass without an event
-    if (stopping_) break;
-    for (const auto& [l, peer] : peers_) {   // a node with an open link is alive: its link watches it
-      if (peer.role == Peer::Role::Node && !peer.link->closed()) (void)state_->node_seen(peer.id);
+    std::set<std::uint64_t> linked;
+    for (const auto& [l, peer] : peers_) {
+      if (peer.role == Peer::Role::Node && !peer.link->closed() && state_->node_seen(peer.id).ok()) linked.insert(peer.id);
     }
-    if (state_->expire_nodes(config_.node_timeout)) changed();   // nodes loaded from the store, never linked
+    if (state_->expire_nodes(config_.node_timeout)) changed();
+    std::optional<SteadyTime> next;
+    for (const auto& [id, n] : state_->nodes().all()) {
+      if (n.rec.state != NodeState::Alive || linked.contains(id)) continue;
+      const auto due = n.last_seen + config_.node_timeout + std::chrono::milliseconds(1);
+      if (!next || due < *next) next = due;
+    }
+    if (next) cv_.wait_until(lk, *next);
+    else cv_.wait(lk);
   }
 }
 

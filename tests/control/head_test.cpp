@@ -338,6 +338,12 @@ TEST_CASE("a head started on the store another head wrote finds the same nodes, 
   LinkPeer again;   // the loaded worker is known: it may say hello (live reconnection comes with head restart)
   auto w = again.hello(head, json{{"role", "worker"}, {"worker_id", next_worker_seen}, {"gateway", "127.0.0.1:4242"}, {"pid", 4242}});
   CHECK(w->welcome().value("state", "") == "alive");
+
+  // No daemon links again: each loaded node dies at node_timeout (2.5 s) after the load.
+  CHECK(status_until(head, [](const json& st) {
+    for (const auto& n : st["nodes"]) if (n.value("state", "") != "dead") return false;
+    return true;
+  }));
 }
 
 TEST_CASE("a placement group's GET with wait_ms is answered when the group's state changes, not at the wait") {
