@@ -2,6 +2,7 @@
 # configures (Release, ccache) and builds what it needs with all cores.
 #   make test SANITIZE=1   builds the tests with ASan+UBSan in build-asan/ and runs them.
 #   make bench             builds and runs every benchmark (each prints JSON).
+#   make install PREFIX=P  installs headers, libraries, the CLI, the CMake package and troupe.pc.
 
 JOBS  ?= $(shell nproc)
 ifeq ($(SANITIZE),1)
@@ -12,7 +13,9 @@ BUILD ?= build
 CMAKE_FLAGS += -DCMAKE_BUILD_TYPE=Release
 endif
 
-.PHONY: deps configure build demo test bench clean
+PREFIX ?= /usr/local
+
+.PHONY: deps configure build demo test bench install clean
 
 deps:
 	@scripts/install-deps.sh
@@ -36,6 +39,9 @@ test: build
 
 bench: build
 	@scripts/bench.sh $(BUILD)
+
+install: build
+	@cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
 	rm -rf build build-asan build.configure.log build-asan.configure.log

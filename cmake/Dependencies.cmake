@@ -2,13 +2,11 @@
 # (scripts/install-deps.sh installs them); CUDA/NCCL are handled in Cuda.cmake.
 find_package(Threads REQUIRED)
 
-# CAF 0.17 (the in-process actor system; its middleman, caf_io, is not used): Debian ships no CMake package.
-find_path(CAF_INCLUDE_DIR caf/all.hpp REQUIRED)
-find_library(CAF_CORE_LIB caf_core REQUIRED)
-add_library(troupe_caf INTERFACE)
-add_library(troupe::caf ALIAS troupe_caf)
-target_include_directories(troupe_caf SYSTEM INTERFACE ${CAF_INCLUDE_DIR})
-target_link_libraries(troupe_caf INTERFACE ${CAF_CORE_LIB} Threads::Threads)
+# CAF 0.17 (the in-process actor system; its middleman, caf_io, is not used): Debian ships no CMake
+# package, so cmake/FindCAF.cmake (installed with troupe's package too) makes CAF::core.
+list(APPEND CMAKE_MODULE_PATH ${CMAKE_CURRENT_LIST_DIR})
+find_package(CAF REQUIRED)
+add_library(troupe::caf ALIAS CAF::core)
 
 find_package(ucx REQUIRED)                       # ucx::ucp ucx::ucs
 find_package(msgpack REQUIRED)                   # msgpackc-cxx (header-only)

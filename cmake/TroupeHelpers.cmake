@@ -6,8 +6,10 @@ function(troupe_add_module name)
   cmake_parse_arguments(M "" "" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
   add_library(troupe_${name} ${M_SOURCES})
   add_library(troupe::${name} ALIAS troupe_${name})
-  target_include_directories(troupe_${name} PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/include
+  target_include_directories(troupe_${name} PUBLIC $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>
+                                                   $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
                                             PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
+  set_target_properties(troupe_${name} PROPERTIES EXPORT_NAME ${name})   # troupe::<name> when installed
   target_link_libraries(troupe_${name} PUBLIC ${M_PUBLIC_DEPS} PRIVATE ${M_PRIVATE_DEPS})
 endfunction()
 

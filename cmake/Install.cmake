@@ -1,0 +1,34 @@
+# Installing troupe: `cmake --install build --prefix P` (or `make install PREFIX=P`) puts under P
+# the public headers, the libraries of the actor runtime (base, placement, net, transport,
+# control, runtime: static, with their dependencies carried by the exported targets), the
+# `troupe` CLI, a CMake package (find_package(troupe) -> troupe::troupe) and a pkg-config file.
+# tests/install checks both ways of building against an installed troupe.
+include(CMakePackageConfigHelpers)
+
+set(TROUPE_INSTALLED_MODULES base placement net transport control runtime)
+set(troupe_installed_targets troupe_troupe)
+foreach(m ${TROUPE_INSTALLED_MODULES})
+  install(DIRECTORY ${CMAKE_SOURCE_DIR}/${m}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  list(APPEND troupe_installed_targets troupe_${m})
+endforeach()
+set_target_properties(troupe_troupe PROPERTIES EXPORT_NAME troupe)
+
+install(TARGETS ${troupe_installed_targets} EXPORT troupeTargets
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+if(TARGET troupe)
+  install(TARGETS troupe RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+endif()
+
+set(troupe_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/troupe)
+install(EXPORT troupeTargets NAMESPACE troupe:: DESTINATION ${troupe_cmake_dir})
+configure_package_config_file(${CMAKE_SOURCE_DIR}/cmake/troupeConfig.cmake.in
+                              ${CMAKE_BINARY_DIR}/troupeConfig.cmake INSTALL_DESTINATION ${troupe_cmake_dir})
+write_basic_package_version_file(${CMAKE_BINARY_DIR}/troupeConfigVersion.cmake COMPATIBILITY SameMinorVersion)
+install(FILES ${CMAKE_BINARY_DIR}/troupeConfig.cmake ${CMAKE_BINARY_DIR}/troupeConfigVersion.cmake
+              ${CMAKE_SOURCE_DIR}/cmake/FindCAF.cmake
+        DESTINATION ${troupe_cmake_dir})
+
+configure_file(${CMAKE_SOURCE_DIR}/cmake/troupe.pc.in ${CMAKE_BINARY_DIR}/troupe.pc @ONLY)
+install(FILES ${CMAKE_BINARY_DIR}/troupe.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
