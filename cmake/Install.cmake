@@ -1,12 +1,12 @@
 # Installing troupe: `cmake --install build --prefix P` (or `make install PREFIX=P`) puts under P
-# the public headers, the libraries of the actor runtime (base, placement, net, transport,
-# control, runtime: static, with their dependencies carried by the exported targets), the
+# the public headers, the shared libraries of the actor runtime (base, placement, net, transport,
+# control, runtime; each with an SONAME, finding the others beside it), the
 # `troupe` CLI, a CMake package (find_package(troupe) -> troupe::troupe) and a pkg-config file.
 # tests/install checks both ways of building against an installed troupe.
 include(CMakePackageConfigHelpers)
 
-set(TROUPE_INSTALLED_MODULES base placement net transport control runtime)
-set(troupe_installed_targets troupe_troupe)
+set(TROUPE_INSTALLED_MODULES ${TROUPE_SHARED_MODULES})
+set(troupe_installed_targets troupe_troupe troupe_embedded)
 foreach(m ${TROUPE_INSTALLED_MODULES})
   install(DIRECTORY ${CMAKE_SOURCE_DIR}/${m}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
   list(APPEND troupe_installed_targets troupe_${m})

@@ -2,9 +2,20 @@ include(${doctest_DIR}/doctest.cmake)   # doctest_discover_tests
 
 # One library per top-level module: troupe_add_module(<name> SOURCES ... DEPS ...)
 # creates troupe_<name> (alias troupe::<name>) with <module>/include as its public include dir.
+# The modules a program links to use actors (TROUPE_SHARED_MODULES: the ones installed) are
+# shared libraries with an SONAME (libtroupe_runtime.so.0.1), so a job binary needs only the
+# runtime package on each node; the others (weights, kernels, actors, rl) stay static.
+set(TROUPE_SHARED_MODULES base placement net transport control runtime)
 function(troupe_add_module name)
   cmake_parse_arguments(M "" "" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
-  add_library(troupe_${name} ${M_SOURCES})
+  if(name IN_LIST TROUPE_SHARED_MODULES)
+    add_library(troupe_${name} SHARED ${M_SOURCES})
+    set_target_properties(troupe_${name} PROPERTIES VERSION ${PROJECT_VERSION}
+                          SOVERSION ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR}
+                          INSTALL_RPATH "$ORIGIN")   # installed side by side
+  else()
+    add_library(troupe_${name} STATIC ${M_SOURCES})
+  endif()
   add_library(troupe::${name} ALIAS troupe_${name})
   target_include_directories(troupe_${name} PUBLIC $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>
                                                    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
