@@ -3,6 +3,7 @@
 #   make test SANITIZE=1   builds the tests with ASan+UBSan in build-asan/ and runs them.
 #   make bench             builds and runs every benchmark (each prints JSON).
 #   make install PREFIX=P  installs headers, libraries, the CLI, the CMake package and troupe.pc.
+#   make package           builds the Debian packages troupe and libtroupe-dev in build/packages/.
 
 JOBS  ?= $(shell nproc)
 ifeq ($(SANITIZE),1)
@@ -15,7 +16,7 @@ endif
 
 PREFIX ?= /usr/local
 
-.PHONY: deps configure build demo test bench install clean
+.PHONY: deps configure build demo test bench install package clean
 
 deps:
 	@scripts/install-deps.sh
@@ -42,6 +43,9 @@ bench: build
 
 install: build
 	@cmake --install $(BUILD) --prefix $(PREFIX)
+
+package: build
+	@cd $(BUILD) && cpack --config CPackConfig.cmake
 
 clean:
 	rm -rf build build-asan build.configure.log build-asan.configure.log

@@ -13,6 +13,12 @@ function(troupe_add_module name)
     set_target_properties(troupe_${name} PROPERTIES VERSION ${PROJECT_VERSION}
                           SOVERSION ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR}
                           INSTALL_RPATH "$ORIGIN")   # installed side by side
+    # Calls inside a library bind there (no PLT hop through an interposable symbol), and its
+    # thread_locals (the codec's per-thread zone) are reached without __tls_get_addr: these
+    # libraries are loaded with the program, never dlopen'ed. The in-process call path crosses
+    # both at every call.
+    target_compile_options(troupe_${name} PRIVATE
+                           $<$<COMPILE_LANGUAGE:CXX>:-fno-semantic-interposition -ftls-model=initial-exec>)
   else()
     add_library(troupe_${name} STATIC ${M_SOURCES})
   endif()

@@ -466,7 +466,10 @@ asio::awaitable<void> finish(std::shared_ptr<Link> link, Link::Impl& m, std::str
     frozen = m.frozen;
   }
   LinkEnd end = frozen ? LinkEnd::Frozen : here ? LinkEnd::Closed : LinkEnd::Lost;
-  if (end == LinkEnd::Lost && co_await peer_ended(m, std::chrono::milliseconds(500))) {
+  // The pidfd's word is checked against /proc (a zombie, gone, or its pid reused): a peer seen
+  // alive there is Lost, not Exited, whatever the descriptor said (a live peer once read as
+  // Exited under load, in tests whose peer is this very process).
+  if (end == LinkEnd::Lost && co_await peer_ended(m, std::chrono::milliseconds(500)) && peer_exited(link->peer())) {
     end = LinkEnd::Exited;
     reason += " (its process exited)";
   }

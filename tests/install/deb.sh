@@ -1,0 +1,54 @@
+#!/bin/bash
+# Builds the Debian packages (CPack), checks their Depends with dpkg-deb -f, extracts them with
+# dpkg-deb -x into a temporary root, and builds and runs README's program against that root only
+# (nothing of the source or build tree on any path). Usage: deb.sh SOURCE_DIR BUILD_DIR
+set -euo pipefail
+src=$1
+build=$2
+work=$(mktemp -d "${TMPDIR:-/tmp}/troupe-deb.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+(cd "$build" && cpack --config CPackConfig.cmake -B "$work/packages" > "$work/cpack.log") ||
+  { cat "$work/cpack.log"; exit 1; }
+runtime_deb=$(ls "$work"/packages/troupe_*.deb)
+dev_deb=$(ls "$work"/packages/libtroupe-dev_*.deb)
+
+# troupe: Depends computed from its shared libraries (dpkg-shlibdeps), so the libraries it links
+# are named there; libtroupe-dev: troupe at the same version and the -dev packages a program needs.
+runtime_depends=$(dpkg-deb -f "$runtime_deb" Depends)
+dev_depends=$(dpkg-deb -f "$dev_deb" Depends)
+echo "troupe Depends: $runtime_depends"
+echo "libtroupe-dev Depends: $dev_depends"
+for pkg in libcaf-core0.17 libucx0 libsqlite3-0 libssl3 libspdlog1.10 libc6 libstdc++6; do
+  grep -q "\b$pkg\b" <<< "$runtime_depends" || { echo "troupe does not depend on $pkg" >&2; exit 1; }
+done
+version=$(dpkg-deb -f "$runtime_deb" Version)
+for dep in "troupe (= $version)" libcaf-dev libucx-dev libmsgpack-cxx-dev libspdlog-dev; do
+  grep -qF "$dep" <<< "$dev_depends" || { echo "libtroupe-dev does not depend on $dep" >&2; exit 1; }
+done
+dpkg-deb -c "$runtime_deb" | grep -q '/usr/include/' && { echo "headers in the runtime package" >&2; exit 1; }
+
+root=$work/root
+dpkg-deb -x "$runtime_deb" "$root"
+dpkg-deb -x "$dev_deb" "$root"
+"$root/usr/bin/troupe" --help > /dev/null
+
+mkdir -p "$work/app"
+for name in CMakeLists.txt main.cpp; do
+  awk -v marker="<!-- consumer: $name -->" '
+    $0 == marker { found = 1; next }
+    found && /^```/ { if (inside) exit; inside = 1; next }
+    inside { print }
+  ' "$src/README.md" > "$work/app/$name"
+  [ -s "$work/app/$name" ] || { echo "README.md has no '$name' block" >&2; exit 1; }
+done
+launcher=()
+if command -v ccache > /dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+cmake -S "$work/app" -B "$work/app/build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$root/usr" \
+      "${launcher[@]}" > "$work/configure.log" || { cat "$work/configure.log"; exit 1; }
+cmake --build "$work/app/build" -j2 > "$work/build.log" || { cat "$work/build.log"; exit 1; }
+export TROUPE_TMPDIR=$work/sessions
+out=$("$work/app/build/hello_troupe")
+echo "from the packages: $out"
+[ "$out" = "42" ] || { echo "README's program printed '$out', not 42" >&2; exit 1; }
+echo "ok"
