@@ -289,6 +289,15 @@ void PlacementGroup::remove() const {
   }
 }
 
+Status Runtime::connect() {
+  try {
+    (void)impl_->cluster();
+  } catch (const CallError& e) {
+    return e.error();
+  }
+  return {};
+}
+
 void Runtime::shutdown() {
   if (impl_) impl_->shutdown();
 }

@@ -182,6 +182,39 @@ TROUPE_TEST_HELPER("embedded-program", embedded_program);
 
 }  // namespace
 
+// troupe::init as a program's main calls it, with "--address ADDRESS" and a wrong token.
+int init_program(const std::string& address) {
+  std::string prog = "prog", flag = "--address", a = address, tflag = "--troupe-token", token = "not-the-token";
+  char* argv[] = {prog.data(), flag.data(), a.data(), tflag.data(), token.data(), nullptr};
+  auto rt = troupe::init(5, argv);   // exits with status 2 on the refusal
+  std::cout << "connected" << std::endl;
+  return 0;
+}
+TROUPE_TEST_HELPER("init-program", init_program);
+
+TEST_CASE("a wrong token is an error value at connect, and troupe::init exits with status 2 naming it") {
+  itest::Cluster cluster;
+  troupe::RuntimeConfig cfg;
+  cfg.address = cluster.address();
+  cfg.token = "not-the-token";
+  auto rt = troupe::Runtime::create(cfg);
+  auto st = rt.connect();
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().code == troupe::ErrorCode::Unavailable);
+  CHECK(st.error().message.find("token") != std::string::npos);
+  rt.shutdown();
+
+  int out = -1;
+  const pid_t pid = itest::start_helper("init-program", cluster.address(), &out);
+  const std::string printed = itest::read_all(out, 60s);
+  ::close(out);
+  int status = -1;
+  ::waitpid(pid, &status, 0);
+  REQUIRE(WIFEXITED(status));   // not killed by SIGABRT
+  CHECK(WEXITSTATUS(status) == 2);
+  CHECK(printed.empty());
+}
+
 TEST_CASE("an embedded run's stdout holds the program's output only: troupe logs to stderr") {
   int out = -1;
   setenv("TROUPE_LOG_LEVEL", "info", 1);   // so that the runtime has lines to log

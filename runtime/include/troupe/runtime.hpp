@@ -104,6 +104,11 @@ class Runtime {
   PlacementGroup placement_group(const std::vector<std::string>& bundles, const std::string& strategy = "PACK",
                                  const std::string& name = "", bool lifetime_detached = false);
 
+  // Joins the cluster now (RuntimeConfig::address; without one, starts the embedded head and
+  // node): the head's refusal (a wrong or missing token) or its absence comes back as an error
+  // value (ErrorCode::Unavailable) instead of at the first spawn. Idempotent once it succeeded.
+  Status connect();
+
   // Stops every actor (their calls fail with ActorDied), then joins all threads. Idempotent.
   void shutdown();
   const RuntimeConfig& config() const;
@@ -113,8 +118,9 @@ class Runtime {
   std::unique_ptr<detail::RuntimeImpl> impl_;
 };
 
-// Builds a Runtime from argv and the environment. On a bad flag or variable it prints the
-// reason to stderr and exits with status 2. In a worker process (started by a node daemon with
+// Builds a Runtime from argv and the environment. On a bad flag or variable, or with --address
+// when the head cannot be reached or refuses (a wrong token), it prints the reason to stderr and
+// exits with status 2. In a worker process (started by a node daemon with
 // --troupe-worker) it runs the worker loop instead and never returns.
 Runtime init(int argc, char** argv);
 
