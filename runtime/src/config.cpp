@@ -135,7 +135,10 @@ RuntimeConfig RuntimeConfig::from_args_and_env(int argc, const char* const* argv
   if (!flags.timeout.empty()) env.timeout.clear();
   if (!flags.remote_timeout.empty()) env.remote_timeout.clear();
   if (!flags.address.empty()) env.address.clear();
-  if (!flags.token.empty() || !flags.token_file.empty()) env.token.clear(), env.token_file.clear();
+  if (!flags.token.empty() || !flags.token_file.empty()) {
+    env.token.clear();
+    env.token_file.clear();
+  }
   RuntimeConfig c;
   apply(c, env, kEnvNames);
   if (const char* v = std::getenv("TROUPE_TMPDIR")) c.session_root = v;
