@@ -7,6 +7,7 @@
 //   troupe pg remove ID
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <cstdlib>
 #include <iostream>
 
@@ -18,6 +19,21 @@ void add_common(CLI::App* cmd, troupe::cli::CommonFlags& f) {
   cmd->add_option("--temp-dir", f.temp_dir, "Session root (default /tmp/troupe, or TROUPE_TMPDIR)");
   cmd->add_option("--token", f.token, "Cluster token");
   cmd->add_option("--token-file", f.token_file, "File whose first line is the cluster token");
+}
+
+// A command that talks to the head: the common flags and --address.
+void add_head(CLI::App* cmd, troupe::cli::CommonFlags& f) {
+  add_common(cmd, f);
+  cmd->add_option("--address", f.address, "HOST:PORT of the head");
+}
+
+// `troupe <noun> <verb> ID`: the subcommand, with its head flags and a required positive id.
+CLI::App* add_id_command(CLI::App* noun, const char* verb, const char* what, const char* id_help,
+                         troupe::cli::CommonFlags& f, std::uint64_t& id) {
+  auto* cmd = noun->add_subcommand(verb, what);
+  add_head(cmd, f);
+  cmd->add_option("id", id, id_help)->required()->check(CLI::PositiveNumber);
+  return cmd;
 }
 
 }  // namespace
@@ -42,8 +58,7 @@ int main(int argc, char** argv) {
   s->add_flag("--block", start.block, "Stay in the foreground");
 
   auto* st = app.add_subcommand("status", "Nodes and actors of the cluster");
-  add_common(st, common);
-  st->add_option("--address", common.address, "HOST:PORT of the head");
+  add_head(st, common);
   st->add_flag("--json", as_json, "Print JSON for scripts");
   bool all_sessions = false;
   st->add_flag("--all", all_sessions, "Every live session on this machine, programs' embedded clusters too");
@@ -55,17 +70,13 @@ int main(int argc, char** argv) {
   std::string reason = "was killed by hand";
   auto* actor = app.add_subcommand("actor", "Actors (a detached one runs until killed here)");
   actor->require_subcommand(1);
-  auto* kill = actor->add_subcommand("kill", "Kill an actor: its calls fail with ActorDied");
-  add_common(kill, common);
-  kill->add_option("--address", common.address, "HOST:PORT of the head");
-  kill->add_option("id", target, "The actor's id (troupe status)")->required()->check(CLI::PositiveNumber);
+  auto* kill = add_id_command(actor, "kill", "Kill an actor: its calls fail with ActorDied",
+                              "The actor's id (troupe status)", common, target);
   kill->add_option("--reason", reason, "Why, as its callers will read it");
   auto* pg = app.add_subcommand("pg", "Placement groups (a detached one stays until removed here)");
   pg->require_subcommand(1);
-  auto* remove = pg->add_subcommand("remove", "Remove a placement group: its bundles come free, its actors are killed");
-  add_common(remove, common);
-  remove->add_option("--address", common.address, "HOST:PORT of the head");
-  remove->add_option("id", target, "The group's id (troupe status)")->required()->check(CLI::PositiveNumber);
+  auto* remove = add_id_command(pg, "remove", "Remove a placement group: its bundles come free, its actors are killed",
+                                "The group's id (troupe status)", common, target);
 
   try {
     app.parse(argc, argv);

@@ -12,34 +12,15 @@ prefix=$work/prefix
 
 cmake --install "$build" --prefix "$prefix" > "$work/install.log"
 
-# The block after each "<!-- consumer: NAME -->" marker in README.md, fences dropped.
-mkdir -p "$work/app"
-for name in CMakeLists.txt main.cpp; do
-  awk -v marker="<!-- consumer: $name -->" '
-    $0 == marker { found = 1; next }
-    found && /^```/ { if (inside) exit; inside = 1; next }
-    inside { print }
-  ' "$src/README.md" > "$work/app/$name"
-  if [ ! -s "$work/app/$name" ]; then echo "README.md has no '$name' block" >&2; exit 1; fi
-done
-
 # Nothing of the source or build tree on any path: only the prefix.
-launcher=()
-if command -v ccache > /dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
-cmake -S "$work/app" -B "$work/app/build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" \
-      "${launcher[@]}" > "$work/configure.log" || { cat "$work/configure.log"; exit 1; }
-cmake --build "$work/app/build" -j2 > "$work/build.log" || { cat "$work/build.log"; exit 1; }
-export TROUPE_TMPDIR=$work/sessions   # the embedded cluster's session goes here
-out=$("$work/app/build/hello_troupe")
-echo "cmake: $out"
-[ "$out" = "42" ] || { echo "README's program printed '$out', not 42" >&2; exit 1; }
+"$(dirname "$0")/readme_program.sh" "$src" "$prefix" "$work/app"
 
 cxx=(g++)
 if command -v ccache > /dev/null; then cxx=(ccache g++); fi
 flags=$(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs troupe)
 # shellcheck disable=SC2086
 "${cxx[@]}" -std=c++20 -O1 "$work/app/main.cpp" -o "$work/app/hello_pc" $flags
-out=$("$work/app/hello_pc")
+out=$(TROUPE_TMPDIR="$work/sessions" "$work/app/hello_pc")
 echo "pkg-config: $out"
 [ "$out" = "42" ] || { echo "the pkg-config build printed '$out', not 42" >&2; exit 1; }
 [ -x "$prefix/bin/troupe" ] || { echo "no troupe CLI in $prefix/bin" >&2; exit 1; }

@@ -33,22 +33,5 @@ dpkg-deb -x "$runtime_deb" "$root"
 dpkg-deb -x "$dev_deb" "$root"
 "$root/usr/bin/troupe" --help > /dev/null
 
-mkdir -p "$work/app"
-for name in CMakeLists.txt main.cpp; do
-  awk -v marker="<!-- consumer: $name -->" '
-    $0 == marker { found = 1; next }
-    found && /^```/ { if (inside) exit; inside = 1; next }
-    inside { print }
-  ' "$src/README.md" > "$work/app/$name"
-  [ -s "$work/app/$name" ] || { echo "README.md has no '$name' block" >&2; exit 1; }
-done
-launcher=()
-if command -v ccache > /dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
-cmake -S "$work/app" -B "$work/app/build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$root/usr" \
-      "${launcher[@]}" > "$work/configure.log" || { cat "$work/configure.log"; exit 1; }
-cmake --build "$work/app/build" -j2 > "$work/build.log" || { cat "$work/build.log"; exit 1; }
-export TROUPE_TMPDIR=$work/sessions
-out=$("$work/app/build/hello_troupe")
-echo "from the packages: $out"
-[ "$out" = "42" ] || { echo "README's program printed '$out', not 42" >&2; exit 1; }
+"$(dirname "$0")/readme_program.sh" "$src" "$root/usr" "$work/app"   # that root only
 echo "ok"
