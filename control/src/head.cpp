@@ -42,22 +42,12 @@ net::HttpResponse error_reply(const Error& e) {
   return control::error_reply(status, e.message);
 }
 
-// body[key] as T, BadRequest naming it when missing or mistyped.
+// read_field's value, thrown as its BadRequest for the handler's catch to answer.
 template <class T>
-T field(const json& body, const char* key) {
-  auto it = body.find(key);
-  if (it == body.end()) throw ErrorException(Error{ControlCode::BadRequest, std::string("missing field '") + key + "'"});
-  try {
-    return it->get<T>();
-  } catch (const json::exception&) {
-    throw ErrorException(Error{ControlCode::BadRequest, std::string("field '") + key + "' has the wrong type"});
-  }
-}
-
-// body[key] as T, or `fallback` when absent; BadRequest naming it when mistyped.
-template <class T>
-T field_or(const json& body, const char* key, T fallback) {
-  return body.contains(key) ? field<T>(body, key) : fallback;
+T field(const json& body, const char* key, std::optional<T> fallback = std::nullopt) {
+  auto r = read_field<T>(body, key, std::move(fallback));
+  if (!r.ok()) throw ErrorException(r.error());
+  return std::move(r).value();
 }
 
 const json& events_of(const json& body) {
@@ -211,7 +201,7 @@ net::HttpResponse Head::create_group(const json& body) {
   spec.strategy = *strategy;
   spec.name = body.value("name", "");
   spec.wait_if_unplaced = body.value("wait", true);
-  const auto owner = field_or<std::uint64_t>(body, "owner", 0);
+  const auto owner = field<std::uint64_t>(body, "owner", 0);
   std::lock_guard lk(mu_);
   if (!owner_linked(owner)) return control::error_reply(409, "owner " + std::to_string(owner) + " is not connected");
   auto created = state_->create_group(std::move(spec), owner);

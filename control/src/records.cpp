@@ -28,27 +28,16 @@ class Fields {
  public:
   explicit Fields(const json& body) : body_(body) {}
 
-  // body[key] as T; `fallback` when absent or null (required when no fallback is given).
   template <class T>
   T get(const char* key, std::optional<T> fallback = std::nullopt) {
-    auto it = body_.find(key);
-    if (it == body_.end() || it->is_null()) {
-      if (!fallback) fail(std::string("missing field '") + key + "'");
-      return fallback.value_or(T{});
-    }
-    try {
-      return it->get<T>();
-    } catch (const json::exception&) {
-      fail(std::string("field '") + key + "' has the wrong type: " + it->dump());
-      return T{};
-    }
+    auto r = read_field<T>(body_, key, std::move(fallback));
+    if (r.ok()) return std::move(r).value();
+    if (!error_) error_ = r.error();
+    return T{};
   }
   const std::optional<Error>& error() const { return error_; }
 
  private:
-  void fail(std::string message) {
-    if (!error_) error_ = Error{ControlCode::BadRequest, std::move(message)};
-  }
   const json& body_;
   std::optional<Error> error_;
 };

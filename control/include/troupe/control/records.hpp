@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -88,6 +89,23 @@ struct GroupRecord {
   std::vector<std::uint64_t> bundle_nodes;   // per bundle: where it is reserved, 0: not reserved
   std::uint64_t owner = 0;                   // as SpawnSpec::owner
 };
+
+// body[key] as T: `fallback` when absent or null (the field is required when there is none);
+// ControlCode::BadRequest naming the field when it is missing or of the wrong type. Every
+// request body and control message the head reads goes through this.
+template <class T>
+Result<T> read_field(const nlohmann::json& body, const char* key, std::optional<T> fallback = std::nullopt) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) {
+    if (fallback) return *std::move(fallback);
+    return Error{ControlCode::BadRequest, std::string("missing field '") + key + "'"};
+  }
+  try {
+    return it->template get<T>();
+  } catch (const nlohmann::json::exception&) {
+    return Error{ControlCode::BadRequest, std::string("field '") + key + "' has the wrong type: " + it->dump()};
+  }
+}
 
 // A node daemon's orders.
 struct NodeCommand {
