@@ -482,19 +482,14 @@ void Head::push() {
 }
 
 void Head::push_directory() {
+  const auto changed = state_->actors().take_changed();   // taken even with no driver to tell
   const bool any_driver = std::any_of(peers_.begin(), peers_.end(), [](const auto& p) { return p.second.directory; });
-  if (!any_driver) return;
-  json changed_actors = json::array();
-  for (const auto& [id, a] : state_->actors().all()) {
-    json j = actor_json(a);
-    std::string text = j.dump();
-    auto& last = pushed_actors_[id];
-    if (last == text) continue;
-    last = std::move(text);
-    changed_actors.push_back(std::move(j));
+  if (changed.empty() || !any_driver) return;
+  json actors = json::array();
+  for (auto id : changed) {
+    if (const ActorRecord* a = state_->actor(id)) actors.push_back(actor_json(*a));
   }
-  if (changed_actors.empty()) return;
-  const auto body = net::encode_control(json{{"version", version_}, {"actors", changed_actors}});
+  const auto body = net::encode_control(json{{"version", version_}, {"actors", actors}});
   for (auto& [l, peer] : peers_) {
     if (peer.directory && !peer.link->closed()) peer.link->send(net::head_kind::kDirectory, body);
   }

@@ -125,6 +125,7 @@ ActorRecord* ActorManager::find(std::uint64_t id) {
 }
 
 void ActorManager::save(const ActorRecord& a) {
+  changed_.insert(a.id);
   write("an actor", [&] { store_.put_actor(a); });
 }
 

@@ -12,6 +12,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 
 #include "troupe/control/records.hpp"
 #include "troupe/control/store.hpp"
@@ -94,12 +95,16 @@ class ActorManager {
   ActorRecord& restore(ActorRecord rec);
   ActorRecord* find(std::uint64_t id);
   std::map<std::uint64_t, ActorRecord>& all() { return actors_; }
+  // Writes the record through, and marks it changed: every change of an actor is saved.
   void save(const ActorRecord& a);
+  // The actors saved since the last call (what drivers have not been told yet).
+  std::set<std::uint64_t> take_changed() { return std::exchange(changed_, {}); }
 
  private:
   Store& store_;
   IdSequence ids_;
   std::map<std::uint64_t, ActorRecord> actors_;
+  std::set<std::uint64_t> changed_;
 };
 
 // The groups' records; their live reservations are the scheduler's, and a record is refreshed

@@ -100,7 +100,6 @@ class Head {
   std::uint64_t version_ = 1;
   std::unique_ptr<HeadState> state_;          // the typed head (head_state.hpp); under mu_
   std::map<const net::Link*, Peer> peers_;    // under mu_
-  std::map<std::uint64_t, std::string> pushed_actors_;   // each actor's JSON as last pushed to drivers
   std::thread detector_;
   std::unique_ptr<net::LinkHub> links_;
   std::string link_address_;
