@@ -434,20 +434,25 @@ asio::awaitable<bool> peer_ended(Link::Impl& m, std::chrono::milliseconds patien
   if (m.pidfd < 0) co_return false;
   pollfd p{m.pidfd, POLLIN, 0};
   if (::poll(&p, 1, 0) == 1) co_return true;
-  asio::posix::stream_descriptor pd(m.hub->io, ::dup(m.pidfd));
+  const int fd = ::dup(m.pidfd);
+  if (fd < 0) co_return false;
+  auto pd = std::make_shared<asio::posix::stream_descriptor>(m.hub->io);
+  boost::system::error_code ec;
+  pd->assign(fd, ec);
+  if (ec) {   // a pidfd this reactor cannot watch: the end stays Lost
+    ::close(fd);
+    co_return false;
+  }
   asio::steady_timer limit(m.hub->io, patience);
-  bool ended = false;
-  limit.async_wait([&pd](const boost::system::error_code& e) {
+  limit.async_wait([pd](const boost::system::error_code& e) {   // pd by value: it may fire after this returns
     if (!e) {
       boost::system::error_code ignored;
-      pd.cancel(ignored);
+      pd->cancel(ignored);
     }
   });
-  boost::system::error_code ec;
-  co_await pd.async_wait(asio::posix::descriptor_base::wait_read, asio::redirect_error(asio::use_awaitable, ec));
-  ended = !ec;
+  co_await pd->async_wait(asio::posix::descriptor_base::wait_read, asio::redirect_error(asio::use_awaitable, ec));
   limit.cancel();
-  co_return ended;
+  co_return !ec;
 }
 
 asio::awaitable<void> finish(std::shared_ptr<Link> link, Link::Impl& m, std::string why) {
@@ -468,14 +473,39 @@ asio::awaitable<void> finish(std::shared_ptr<Link> link, Link::Impl& m, std::str
   LinkEnd end = frozen ? LinkEnd::Frozen : here ? LinkEnd::Closed : LinkEnd::Lost;
   // The pidfd's word is checked against /proc (a zombie, gone, or its pid reused): a peer seen
   // alive there is Lost, not Exited, whatever the descriptor said (a live peer once read as
-  // Exited under load, in tests whose peer is this very process).
-  if (end == LinkEnd::Lost && co_await peer_ended(m, std::chrono::milliseconds(500)) && peer_exited(link->peer())) {
-    end = LinkEnd::Exited;
-    reason += " (its process exited)";
+  // Exited under load, in tests whose peer is this very process). Nothing here may keep the
+  // closed handler from running: a failure to tell leaves the end Lost.
+  try {
+    if (end == LinkEnd::Lost && co_await peer_ended(m, std::chrono::milliseconds(500)) && peer_exited(link->peer())) {
+      end = LinkEnd::Exited;
+      reason += " (its process exited)";
+    }
+  } catch (const std::exception& e) {
+    spdlog::warn("links: whether the peer at {} exited is unknown: {}", link->address(), e.what());
   }
   auto handler = std::move(m.on_closed);
   m.on_message = nullptr;
-  if (handler) handler(*link, end, reason);
+  if (!handler) co_return;
+  try {
+    handler(*link, end, reason);
+  } catch (const std::exception& e) {
+    spdlog::error("links: the closed handler of the link to {} failed: {}", link->address(), e.what());
+  }
+}
+
+// For co_spawn: an exception that ends a link's coroutine is logged (asio::detached would drop it
+// without a word, and the link would end unseen).
+auto log_exception(const char* what) {
+  return [what](const std::exception_ptr& e) {
+    if (!e) return;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      spdlog::error("links: {} ended by an exception: {}", what, x.what());
+    } catch (...) {
+      spdlog::error("links: {} ended by an exception", what);
+    }
+  };
 }
 
 }  // namespace
@@ -491,42 +521,46 @@ struct LinkLoops {
     bool assembling = false;
     std::uint64_t expected = 0;
     std::string why = "the peer closed the link";
-    while (co_await read_frame(m.socket, kMaxChunk, kind, flags, body)) {
-      m.last_heard.store(now_ns(), std::memory_order_relaxed);
-      if (kind == kHeartbeat) continue;
-      if (flags & kChunkFlag) {
-        const bool first = flags & kFirstFlag;
-        if (first != !assembling || (!first && kind != joined_kind)) { why = "chunks out of order"; break; }
-        std::size_t from = 0;
-        if (first) {
-          if (body.size() < 8) { why = "a first chunk without its size"; break; }
-          std::uint64_t total = 0;
-          for (int i = 0; i < 8; ++i) total |= std::uint64_t(std::uint8_t(body[std::size_t(i)])) << (8 * i);
-          if (total > kMaxMessage) { why = "a message over the size limit"; break; }
-          expected = total;
-          joined.clear();
-          joined.reserve(total);
-          joined_kind = kind;
-          assembling = true;
-          from = 8;
+    try {   // whatever happens, the link ends through finish() and its closed handler runs
+      while (co_await read_frame(m.socket, kMaxChunk, kind, flags, body)) {
+        m.last_heard.store(now_ns(), std::memory_order_relaxed);
+        if (kind == kHeartbeat) continue;
+        if (flags & kChunkFlag) {
+          const bool first = flags & kFirstFlag;
+          if (first != !assembling || (!first && kind != joined_kind)) { why = "chunks out of order"; break; }
+          std::size_t from = 0;
+          if (first) {
+            if (body.size() < 8) { why = "a first chunk without its size"; break; }
+            std::uint64_t total = 0;
+            for (int i = 0; i < 8; ++i) total |= std::uint64_t(std::uint8_t(body[std::size_t(i)])) << (8 * i);
+            if (total > kMaxMessage) { why = "a message over the size limit"; break; }
+            expected = total;
+            joined.clear();
+            joined.reserve(total);
+            joined_kind = kind;
+            assembling = true;
+            from = 8;
+          }
+          if (joined.size() + (body.size() - from) > expected) { why = "a message longer than it said"; break; }
+          joined.insert(joined.end(), body.begin() + std::ptrdiff_t(from), body.end());
+          if (!(flags & kLastFlag)) continue;
+          if (joined.size() != expected) { why = "a message shorter than it said"; break; }
+          assembling = false;
+          body.swap(joined);
+          std::vector<char>().swap(joined);
         }
-        if (joined.size() + (body.size() - from) > expected) { why = "a message longer than it said"; break; }
-        joined.insert(joined.end(), body.begin() + std::ptrdiff_t(from), body.end());
-        if (!(flags & kLastFlag)) continue;
-        if (joined.size() != expected) { why = "a message shorter than it said"; break; }
-        assembling = false;
-        body.swap(joined);
-        std::vector<char>().swap(joined);
+        m.hub->received.fetch_add(1, std::memory_order_relaxed);
+        try {
+          if (m.on_message) m.on_message(*link, kind, body);
+        } catch (const std::exception& e) {   // a bad message from the peer: this link ends
+          why = std::string("a message was refused: ") + e.what();
+          break;
+        }
+        if (body.capacity() > 4 * std::size_t(kMaxChunk)) std::vector<char>().swap(body);   // a big one passed
+        if (link->closed()) break;
       }
-      m.hub->received.fetch_add(1, std::memory_order_relaxed);
-      try {
-        if (m.on_message) m.on_message(*link, kind, body);
-      } catch (const std::exception& e) {   // a bad message from the peer: this link ends
-        why = std::string("a message was refused: ") + e.what();
-        break;
-      }
-      if (body.capacity() > 4 * std::size_t(kMaxChunk)) std::vector<char>().swap(body);   // a big one passed
-      if (link->closed()) break;
+    } catch (const std::exception& e) {
+      why = std::string("the read loop failed: ") + e.what();
     }
     co_await finish(link, m, why);
   }
@@ -558,8 +592,8 @@ struct LinkLoops {
 
   static void start(const std::shared_ptr<Link>& link) {
     auto& io = link->impl_->hub->io;
-    asio::co_spawn(io, read(link), asio::detached);
-    asio::co_spawn(io, beat(link), asio::detached);
+    asio::co_spawn(io, read(link), log_exception("a link's read loop"));
+    asio::co_spawn(io, beat(link), log_exception("a link's heartbeat"));
   }
 
   static std::shared_ptr<Link> make(const std::shared_ptr<LinkHub::Impl>& hub, tcp::socket s, PeerIdentity peer) {
@@ -642,7 +676,7 @@ asio::awaitable<void> accept_loop(std::shared_ptr<LinkHub::Impl> hub) {
       co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       continue;
     }
-    asio::co_spawn(hub->io, accept_one(hub, std::move(s)), asio::detached);
+    asio::co_spawn(hub->io, accept_one(hub, std::move(s)), log_exception("an accepted link's handshake"));
   }
 }
 
@@ -667,7 +701,7 @@ std::string LinkHub::listen(const std::string& bind, AcceptHandler on_accept) {
       std::string address = bind + ":" + std::to_string(acc->local_endpoint().port());
       m.acceptor = std::move(acc);
       m.on_accept = std::move(on_accept);
-      asio::co_spawn(m.io, accept_loop(impl_), asio::detached);
+      asio::co_spawn(m.io, accept_loop(impl_), log_exception("the accept loop"));
       result.set_value(address);
     } catch (...) {
       result.set_exception(std::current_exception());
@@ -723,7 +757,7 @@ std::shared_ptr<Link> LinkHub::connect(const std::string& address, Link::Message
       at->deadline.cancel();
       at->done.set_exception(std::make_exception_ptr(ErrorException(Error{NetCode::Unreachable, e.what()})));
     }
-  }, asio::detached);
+  }, log_exception("a link's connect"));
   if (f.wait_for(timeout + std::chrono::seconds(1)) != std::future_status::ready) {
     asio::post(hub->io, [at] {
       boost::system::error_code ignored;

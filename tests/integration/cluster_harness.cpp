@@ -7,8 +7,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <regex>
 #include <stdexcept>
 #include <thread>
@@ -125,7 +127,13 @@ void reap_orphans() {
     if (owner <= 0 || ::kill(pid_t(owner), 0) == 0) continue;
     for (const auto& p : fs::directory_iterator(d.path() / "pids", ec)) {
       long pid = 0;
-      if (std::ifstream(p.path()) >> pid; pid > 0) ::kill(pid_t(pid), SIGKILL);
+      if (!(std::ifstream(p.path()) >> pid) || pid <= 0) continue;
+      // Only a daemon of that cluster (its command line names the directory): the pid may have
+      // been reused since, by a process of a test running now.
+      std::ifstream cmd("/proc/" + std::to_string(pid) + "/cmdline");
+      std::string line((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+      std::replace(line.begin(), line.end(), '\0', ' ');
+      if (line.find(d.path().string()) != std::string::npos) ::kill(pid_t(pid), SIGKILL);
     }
     fs::remove_all(d.path(), ec);
   }
@@ -149,6 +157,7 @@ Cluster::Cluster(const std::string& head_resources) {
 }
 
 Cluster::~Cluster() {
+  if (test_failed) print_logs(60);
   auto pids = daemon_pids();
   for (pid_t p : pids) ::kill(p, SIGCONT);   // a frozen daemon cannot stop its workers
   cli({"stop"});
@@ -157,6 +166,26 @@ Cluster::~Cluster() {
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::error_code ec;
   fs::remove_all(dir_, ec);
+}
+
+void Cluster::print_logs(std::size_t tail_lines) const {
+  std::error_code ec;
+  std::vector<fs::path> logs;
+  for (auto it = fs::recursive_directory_iterator(dir_, fs::directory_options::none, ec);
+       it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (ec) break;
+    if (it->is_symlink()) it.disable_recursion_pending();   // session_latest: the same files again
+    else if (it->path().extension() == ".log") logs.push_back(it->path());
+  }
+  std::sort(logs.begin(), logs.end());
+  for (const auto& p : logs) {
+    std::ifstream in(p);
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);) lines.push_back(std::move(line));
+    const std::size_t from = lines.size() > tail_lines ? lines.size() - tail_lines : 0;
+    std::cerr << "---- " << p.string() << " (last " << lines.size() - from << " of " << lines.size() << " lines)\n";
+    for (std::size_t i = from; i < lines.size(); ++i) std::cerr << lines[i] << "\n";
+  }
 }
 
 std::string Cluster::cli(const std::vector<std::string>& args, int* status) const {

@@ -21,6 +21,10 @@ struct CommandResult {
   std::string output;    // stdout and stderr
 };
 
+// Set once an assertion of the running test has failed (integration_main.cpp's listener): a
+// Cluster destroyed then prints the tail of each daemon's log to stderr.
+inline bool test_failed = false;
+
 // A driver runtime joined to `c`, with the given deadline for calls to worker actors.
 class Cluster;
 troupe::Runtime connect(const Cluster& c, std::chrono::seconds call_timeout);
@@ -55,6 +59,7 @@ class Cluster {
   nlohmann::json node(int id) const;
   nlohmann::json actor(std::uint64_t id) const;
   std::vector<pid_t> daemon_pids() const;   // the head's process and every node daemon's
+  void print_logs(std::size_t tail_lines) const;   // each daemon's log, its last lines, to stderr
 
  private:
   std::string dir_, address_, token_;
