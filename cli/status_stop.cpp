@@ -55,10 +55,11 @@ void print_table(const json& s) {
     std::cout << std::setw(6) << n.value("id", 0) << std::setw(18) << n.value("address", "") << std::setw(7)
               << n.value("state", "") << std::setw(34) << n.value("resources", "") << n.value("available", "") << "\n";
   }
-  std::cout << "\nACTORS\n" << std::setw(18) << "ID" << std::setw(16) << "TYPE" << std::setw(6) << "NODE"
+  std::cout << "\nACTORS\n" << std::setw(18) << "ID" << std::setw(20) << "LABEL" << std::setw(16) << "TYPE" << std::setw(6) << "NODE"
             << std::setw(9) << "PID" << std::setw(11) << "STATE" << std::setw(10) << "RESTARTS" << "REASON\n";
   for (const auto& a : s.at("actors")) {
-    std::cout << std::setw(18) << a.value("id", std::uint64_t{0}) << std::setw(16) << a.value("type", "")
+    std::cout << std::setw(18) << a.value("id", std::uint64_t{0}) << std::setw(20) << a.value("label", "")
+              << std::setw(16) << a.value("type", "")
               << std::setw(6) << node_text(a.value("node", std::uint64_t{0})) << std::setw(9) << a.value("pid", 0) << std::setw(11)
               << a.value("state", "") << std::setw(10) << a.value("restarts", 0) << a.value("reason", "") << "\n";
   }

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "head_state.hpp"
+#include "troupe/ids.hpp"
 #include "troupe/net/head_link.hpp"
 #include "troupe/net/token.hpp"
 
@@ -272,7 +273,8 @@ net::HttpResponse Head::status() {
 
 // "node" and "worker" are numbers, 0 while the actor has none.
 json Head::actor_json(const ActorRecord& a) const {
-  return json{{"id", a.id}, {"type", a.spec.type}, {"name", a.spec.name}, {"state", std::string(to_string(a.state))},
+  return json{{"id", a.id}, {"label", actor_label(a.spec.name.empty() ? a.spec.type : a.spec.name, a.id)},
+              {"type", a.spec.type}, {"name", a.spec.name}, {"state", std::string(to_string(a.state))},
               {"node", a.node}, {"worker", a.worker}, {"pid", a.pid}, {"gateway", a.gateway},
               {"incarnation", a.incarnation}, {"restarts", a.restarts}, {"max_restarts", a.spec.max_restarts},
               {"resources", a.spec.resources.to_string()}, {"reason", a.reason}, {"owner", a.spec.owner}};
@@ -484,12 +486,28 @@ void Head::push() {
 void Head::push_directory() {
   const auto changed = state_->actors().take_changed();   // taken even with no driver to tell
   const bool any_driver = std::any_of(peers_.begin(), peers_.end(), [](const auto& p) { return p.second.directory; });
-  if (changed.empty() || !any_driver) return;
   json actors = json::array();
-  for (auto id : changed) {
+  for (auto id : any_driver ? changed : std::set<std::uint64_t>{}) {
     if (const ActorRecord* a = state_->actor(id)) actors.push_back(actor_json(*a));
   }
-  const auto body = net::encode_control(json{{"version", version_}, {"actors", actors}});
+  // Placement groups whose state changed since the last push, removed ones as REMOVED: what
+  // PlacementGroup::ready_future waits on. Groups are few: comparing them all costs nothing.
+  json groups = json::array();
+  std::map<std::uint64_t, std::string> now;
+  for (const auto& [gid, rec] : state_->groups().all()) {
+    if (auto g = state_->group(gid)) now[gid] = std::string(placement::to_string(g->state));
+  }
+  for (const auto& [gid, st] : now) {
+    if (auto it = pushed_groups_.find(gid); it == pushed_groups_.end() || it->second != st) {
+      groups.push_back(json{{"id", gid}, {"state", st}});
+    }
+  }
+  for (const auto& [gid, st] : pushed_groups_) {
+    if (!now.contains(gid)) groups.push_back(json{{"id", gid}, {"state", "REMOVED"}});
+  }
+  pushed_groups_ = std::move(now);
+  if ((actors.empty() && groups.empty()) || !any_driver) return;
+  const auto body = net::encode_control(json{{"version", version_}, {"actors", actors}, {"groups", groups}});
   for (auto& [l, peer] : peers_) {
     if (peer.directory && !peer.link->closed()) peer.link->send(net::head_kind::kDirectory, body);
   }

@@ -99,12 +99,12 @@ void ActorCell::submit(const char* method, Payload args, std::shared_ptr<StateBa
     if (route) deliver(*route, Pending{seq, method, std::move(args), call});
   }
   if (is_dead) {   // failed outside the lock: callbacks may call back into this cell
-    std::string reason;
+    Error error;
     {
       std::lock_guard lk(mu_);
-      reason = death_reason_;
+      error = death_error_;
     }
-    call->fail(Error{ErrorCode::ActorDied, spec_.label + " " + reason});
+    call->fail(std::move(error));
     return;
   }
   if (with_deadline) {
@@ -297,6 +297,12 @@ void ActorCell::fail_call(StateBase& call, Error error) {
 }
 
 bool ActorCell::mark_dead(const std::string& reason) {
+  return end(Error{ErrorCode::ActorDied, spec_.label + " " + reason});
+}
+
+bool ActorCell::mark_failed(Error error) { return end(std::move(error)); }
+
+bool ActorCell::end(Error error) {
   std::vector<std::shared_ptr<StateBase>> calls;
   std::vector<std::uint64_t> regions;
   std::shared_ptr<Route> route;
@@ -304,13 +310,12 @@ bool ActorCell::mark_dead(const std::string& reason) {
     std::lock_guard lk(mu_);
     if (dead()) return false;
     dead_.store(true, std::memory_order_release);
-    death_reason_ = reason;
+    death_error_ = error;
     while (head_ != nullptr) calls.push_back(unlink(*head_, &regions));
     route = std::move(route_);   // a local route holds its host: let go of it (the host holds this cell)
     route_local_ = false;
     route_incarnation_ = 0;
   }
-  Error error{ErrorCode::ActorDied, spec_.label + " " + reason};
   ready_.set_error(error);
   fail_all(calls, regions, error);
   if (route) route->stop();

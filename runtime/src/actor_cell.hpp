@@ -78,12 +78,16 @@ class ActorCell : public std::enable_shared_from_this<ActorCell> {
   // Marks the actor dead: every call in flight fails with ActorDied(reason), later ones at once,
   // and the route is stopped (a local host exits). False if it was dead already.
   bool mark_dead(const std::string& reason);
+  // The same with `error` itself: an actor that never started (the head refused its spawn) fails
+  // ready() and every call with the refusal's code and message.
+  bool mark_failed(Error error);
   bool dead() const { return dead_.load(std::memory_order_acquire); }
   // Completes when the actor's constructor has run (or fails if it threw / the actor died).
   Future<void> ready() const { return ready_.future(); }
   void set_ready() { ready_.set_value(); }
 
  private:
+  bool end(Error error);
   struct Pending {   // a call to send on a route, taken from the table under its lock
     std::uint64_t seq;
     std::string method;
@@ -122,7 +126,7 @@ class ActorCell : public std::enable_shared_from_this<ActorCell> {
   StateBase* tail_ = nullptr;
   std::uint64_t next_seq_ = 1;
   std::uint64_t route_incarnation_ = 0;
-  std::string death_reason_;
+  Error death_error_;   // what every call fails with once dead
   std::unordered_map<std::uint64_t, StateBase*> recorded_;   // calls with a CallRecord, by seq
 
   const CellSpec spec_;

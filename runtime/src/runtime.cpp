@@ -52,11 +52,19 @@ caf::actor_system_config& RuntimeImpl::configure(caf::actor_system_config& cfg, 
 std::shared_ptr<ActorCell> RuntimeImpl::spawn(const ActorTypeInfo& type, const std::string& signature,
                                               Factory factory, Payload ctor_args, const Options& opts) {
   if (opts.needs_process()) {
-    {
-      std::lock_guard lk(mu_);
-      if (shut_down_) throw CallError(Error{ErrorCode::Unavailable, "the runtime has shut down"});
+    try {
+      {
+        std::lock_guard lk(mu_);
+        if (shut_down_) throw CallError(Error{ErrorCode::Unavailable, "the runtime has shut down"});
+      }
+      return cluster().spawn(type, signature, ctor_args, opts);
+    } catch (const CallError& e) {   // refused, or no head: a ref whose ready() and calls fail with it
+      auto cell = std::make_shared<ActorCell>(
+          CellSpec{0, type.name, actor_label(opts.name().empty() ? type.name : opts.name(), 0), config_.call_timeout},
+          CallTableEnv{&timer_, &release_regions});
+      cell->mark_failed(e.error());
+      return cell;
     }
-    return cluster().spawn(type, signature, ctor_args, opts);
   }
   return spawn_local(next_id_.fetch_add(1), type, factory, std::move(ctor_args), opts, HostContext{});
 }
@@ -73,7 +81,7 @@ caf::actor RuntimeImpl::host_of(const ActorCell& cell) {
 
 std::shared_ptr<ActorCell> RuntimeImpl::spawn_local(std::uint64_t id, const ActorTypeInfo& type, Factory factory,
                                                     Payload ctor_args, const Options& opts, HostContext ctx) {
-  std::string label = (opts.name().empty() ? type.name : opts.name()) + "#" + std::to_string(id);
+  std::string label = actor_label(opts.name().empty() ? type.name : opts.name(), id);
   auto timeout = opts.call_timeout().count() > 0 ? opts.call_timeout() : config_.call_timeout;
   auto cell = std::make_shared<ActorCell>(CellSpec{id, type.name, std::move(label), timeout},
                                           CallTableEnv{&timer_, &release_regions});
@@ -238,14 +246,21 @@ Runtime Runtime::create(RuntimeConfig config) {
 
 PlacementGroup Runtime::placement_group(const std::vector<std::string>& bundles, const std::string& strategy,
                                         const std::string& name, bool lifetime_detached) {
-  auto& cluster = impl_->cluster();
-  nlohmann::json body{{"bundles", bundles}, {"strategy", strategy}, {"name", name},
-                      {"owner", lifetime_detached ? 0 : cluster.owner()}};
-  auto res = cluster.request("POST", "/api/v1/placement_groups", body);
-  return PlacementGroup(impl_.get(), res.at("id").get<std::uint64_t>());
+  try {
+    auto& cluster = impl_->cluster();
+    nlohmann::json body{{"bundles", bundles}, {"strategy", strategy}, {"name", name},
+                        {"owner", lifetime_detached ? 0 : cluster.owner()}};
+    auto res = cluster.request("POST", "/api/v1/placement_groups", body);
+    const auto id = res.at("id").get<std::uint64_t>();
+    cluster.seed_group(id, res.value("state", ""));
+    return PlacementGroup(impl_.get(), id);
+  } catch (const CallError& e) {   // refused, or no head: the group's futures carry it
+    return PlacementGroup(impl_.get(), 0, std::make_shared<const Error>(e.error()));
+  }
 }
 
 std::string PlacementGroup::state() const {
+  if (refused_) return "REFUSED";
   try {
     return rt_->cluster().request("GET", "/api/v1/placement_groups/" + std::to_string(id_), nullptr).value("state", "");
   } catch (const CallError& e) {
@@ -254,30 +269,26 @@ std::string PlacementGroup::state() const {
   }
 }
 
-bool PlacementGroup::ready(std::chrono::milliseconds timeout) const {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {   // each request waits at the head until the group's state changes: no polling here
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    std::string s;
-    try {
-      s = rt_->cluster()
-              .request("GET", "/api/v1/placement_groups/" + std::to_string(id_) + "?wait_ms=" +
-                                  std::to_string(std::clamp<long>(left.count(), 0, 5000)),
-                       nullptr)
-              .value("state", "");
-    } catch (const CallError& e) {
-      if (e.code() == ErrorCode::BadArguments) return false;   // removed
-      throw;
-    }
-    if (s == "CREATED") return true;
-    if (s == "REMOVED" || left.count() <= 0) return false;
+Future<void> PlacementGroup::ready_future() const {
+  if (refused_) return make_error_future<void>(*refused_);
+  try {
+    return rt_->cluster().group_ready(id_);
+  } catch (const CallError& e) {
+    return make_error_future<void>(e.error());
   }
 }
 
+bool PlacementGroup::ready(std::chrono::milliseconds timeout) const {
+  auto f = ready_future();
+  return f.wait_for(timeout) && f.result().ok();
+}
+
 void PlacementGroup::remove() const {
+  if (refused_) return;
   try {
     auto res = rt_->cluster().request("POST", "/api/v1/placement_groups/" + std::to_string(id_) + "/remove",
                                       nlohmann::json::object());
+    rt_->cluster().group_removed(id_);
     for (const auto& id : res.value("killed_actors", nlohmann::json::array())) {   // fail their calls now
       if (auto cell = rt_->find(id.get<std::uint64_t>())) {
         cell->mark_dead("was killed: its placement group was removed");
@@ -285,7 +296,8 @@ void PlacementGroup::remove() const {
       }
     }
   } catch (const CallError& e) {
-    if (e.code() != ErrorCode::BadArguments) throw;   // already removed
+    if (e.code() != ErrorCode::BadArguments) throw;
+    rt_->cluster().group_removed(id_);   // already removed
   }
 }
 

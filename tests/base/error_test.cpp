@@ -5,6 +5,7 @@
 #include <string>
 
 #include "troupe/error.hpp"
+#include "troupe/ids.hpp"
 #include "troupe/named_registry.hpp"
 
 using troupe::Code;
@@ -86,4 +87,11 @@ TEST_CASE("a named registry finds what was put, and names what it lacks") {
   } catch (const std::invalid_argument& e) {
     CHECK(std::string(e.what()) == "no widget registered as 'c'");
   }
+}
+
+TEST_CASE("actor labels: in-process and cluster actors are named alike, by name or type and a short number") {
+  CHECK(troupe::actor_label("Counter", 3) == "Counter#3");
+  CHECK(troupe::actor_label("Counter", troupe::kClusterActorBase + 3) == "Counter#3");
+  CHECK(troupe::actor_number(troupe::kClusterActorBase) == 0);
+  CHECK(troupe::actor_number(17) == 17);
 }

@@ -15,6 +15,7 @@
 
 #include "cluster_harness.hpp"
 #include "test_actors.hpp"
+#include "troupe/ids.hpp"
 
 using namespace std::chrono_literals;
 using troupe::ErrorCode;
@@ -124,6 +125,11 @@ TEST_CASE("kill -9 of a worker restarts its actor until max_restarts, then calls
   REQUIRE(::kill(pid1, SIGKILL) == 0);
   REQUIRE(resolves(busy));
   CHECK(busy.result().error().code == ErrorCode::ActorDied);
+  // Named as in-process actors are (defect 7): type and number, not the raw id.
+  const std::string label = "Store#" + std::to_string(s.id() - troupe::kClusterActorBase);
+  CHECK(busy.result().error().message.find(label) != std::string::npos);
+  CHECK(busy.result().error().message.find(std::to_string(s.id())) == std::string::npos);
+  CHECK(cluster.actor(s.id()).value("label", "") == label);
 
   // Restarted: same id, new process, constructor re-run (state back to 5).
   auto after = s.with_timeout(20s).call(&Store::get);

@@ -104,12 +104,10 @@ TEST_CASE("a wrong token is refused: no join, no status, no call") {
   cfg.address = cluster.address();
   cfg.token = "wrong";
   auto rt = troupe::Runtime::create(cfg);
-  try {
-    (void)rt.spawn<Store>(troupe::Options{}.process(true), 1);
-    FAIL("spawn with a wrong token was accepted");
-  } catch (const troupe::CallError& e) {
-    CHECK(std::string(e.what()).find("token") != std::string::npos);
-  }
+  auto refused = rt.spawn<Store>(troupe::Options{}.process(true), 1);   // a value, not a throw
+  REQUIRE(refused.ready().wait_for(10s));
+  REQUIRE_FALSE(refused.ready().result().ok());
+  CHECK(refused.ready().result().error().message.find("token") != std::string::npos);
   // The refusals are logged.
   auto logs = itest::run({"/bin/sh", "-c", "cat " + cluster.temp_dir() + "/session_latest/logs/head.log"});
   CHECK(logs.output.find("refused") != std::string::npos);
@@ -202,6 +200,15 @@ TEST_CASE("a wrong token is an error value at connect, and troupe::init exits wi
   REQUIRE_FALSE(st.ok());
   CHECK(st.error().code == troupe::ErrorCode::Unavailable);
   CHECK(st.error().message.find("token") != std::string::npos);
+  // Later refusals are values too: the handles' futures fail with the refusal, nothing throws.
+  auto actor = rt.spawn<Store>(troupe::Options{}.process(true), 1);
+  CHECK(actor.id() == 0);
+  REQUIRE(actor.ready().wait_for(10s));
+  CHECK(actor.ready().result().error().code == troupe::ErrorCode::Unavailable);
+  CHECK(actor.call(&Store::get).result().error().message.find("token") != std::string::npos);
+  auto group = rt.placement_group({"CPU=1"});
+  CHECK(group.id() == 0);
+  CHECK(group.ready_future().result().error().code == troupe::ErrorCode::Unavailable);
   rt.shutdown();
 
   int out = -1;
@@ -296,11 +303,28 @@ TEST_CASE("placement groups reserve bundles across nodes, and colocated actors s
   auto wide = rt.placement_group({"CPU=0.1", "CPU=0.1", "CPU=0.1"}, "STRICT_SPREAD");
   CHECK_FALSE(wide.ready(300ms));
   CHECK(wide.state() == "PENDING");
-  CHECK_THROWS_AS(rt.placement_group({"CPU=lots"}), troupe::CallError);
+  // A malformed bundle is refused as a value: the group's future fails with the refusal.
+  auto bad = rt.placement_group({"CPU=lots"});
+  CHECK(bad.id() == 0);
+  CHECK(bad.state() == "REFUSED");
+  REQUIRE(bad.ready_future().wait_for(1s));
+  CHECK(bad.ready_future().result().error().code == ErrorCode::BadArguments);
+  CHECK_FALSE(bad.ready(10ms));
+  // A group's readiness is pushed: one that waits for room (1 CPU is free on each node) is
+  // ready once the pair's bundles are released.
+  auto later = rt.placement_group({"CPU=1.5"});
+  auto later_ready = later.ready_future();
+  CHECK_FALSE(later_ready.wait_for(300ms));
 
   pg.remove();   // releases the bundles and kills the actors in them
   auto f = trainer.call(&Store::get);
   REQUIRE(f.wait_for(10s));
   CHECK(f.result().error().code == ErrorCode::ActorDied);
   CHECK(pg.state() == "REMOVED");
+  REQUIRE(later_ready.wait_for(10s));
+  CHECK(later_ready.result().ok());
+  CHECK(later.state() == "CREATED");
+  later.remove();   // a removed group's future fails
+  REQUIRE(later.ready_future().wait_for(10s));
+  CHECK(later.ready_future().result().error().code == troupe::PlacementCode::NotFound);
 }

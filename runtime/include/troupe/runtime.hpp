@@ -54,20 +54,29 @@ void kill_actor(RuntimeImpl& rt, const std::shared_ptr<ActorCell>& cell);
 // SPREAD, STRICT_PACK or STRICT_SPREAD. All bundles or none (PG-1). Cheap to copy.
 class PlacementGroup {
  public:
+  // The head's id; 0 for a group the head refused (see ready_future).
   std::uint64_t id() const { return id_; }
-  // Waits until every bundle is reserved; false if `timeout` passed first (the group stays
-  // pending and is placed once room appears) or the group was removed.
+  // Completes once every bundle is reserved, as the head pushes it (nothing here polls). Fails
+  // with PlacementCode::NotFound if the group is removed first, or with the refusal of a group
+  // never created: ErrorCode::BadArguments (a malformed bundle or strategy), ErrorCode::Unavailable
+  // (no head, or a wrong token).
+  Future<void> ready_future() const;
+  // ready_future() done, and not failed, within `timeout`; false otherwise (a group still waiting
+  // for room stays pending and is placed once room appears).
   bool ready(std::chrono::milliseconds timeout) const;
-  // "PENDING", "CREATED", "RESCHEDULING" (a node died; its bundles wait for room) or "REMOVED".
+  // "PENDING", "CREATED", "RESCHEDULING" (a node died; its bundles wait for room), "REMOVED", or
+  // "REFUSED" (never created).
   std::string state() const;
   // Releases every bundle and kills the actors placed in them. Idempotent.
   void remove() const;
 
  private:
   friend class Runtime;
-  PlacementGroup(detail::RuntimeImpl* rt, std::uint64_t id) : rt_(rt), id_(id) {}
+  PlacementGroup(detail::RuntimeImpl* rt, std::uint64_t id, std::shared_ptr<const Error> refused = nullptr)
+      : rt_(rt), id_(id), refused_(std::move(refused)) {}
   detail::RuntimeImpl* rt_ = nullptr;
   std::uint64_t id_ = 0;
+  std::shared_ptr<const Error> refused_;
 };
 
 class Runtime {
@@ -82,7 +91,10 @@ class Runtime {
   // Starts an actor of a TROUPE_ACTOR-registered type; its constructor runs on the actor's own
   // thread with `args` (msgpack-encoded, so the same spawn works for a worker process). Returns
   // at once; calls made before the constructor finishes queue behind it. If the constructor
-  // throws, every call fails with ActorDied naming the exception.
+  // throws, every call fails with ActorDied naming the exception. If the head refuses a worker
+  // actor (bad resources, no head, a wrong token), ready() and every call fail with the refusal
+  // (BadArguments or Unavailable) and id() is 0: nothing throws here but an argument that does
+  // not encode (CallError, BadArguments).
   template <class T, class... A>
   ActorRef<T> spawn(const Options& opts, A&&... args);
   template <class T>
@@ -98,9 +110,9 @@ class Runtime {
   void kill(const ActorRef<T>& ref) { if (ref.valid()) detail::kill_actor(*impl_, ref.cell()); }
 
   // Reserves `bundles` ("CPU=1,GPU=1" each) with `strategy` on the cluster (joining it, or
-  // starting the embedded one). Returns at once; see PlacementGroup::ready. Throws CallError
-  // (BadArguments) for a malformed bundle or strategy, (Unavailable) without a head. The group
-  // is removed when this driver ends, however it ends (JOB-1), unless `lifetime_detached`.
+  // starting the embedded one). Returns at once; see PlacementGroup::ready_future, which also
+  // carries a refusal (a malformed bundle or strategy, no head, a wrong token): nothing throws.
+  // The group is removed when this driver ends, however it ends (JOB-1), unless `lifetime_detached`.
   PlacementGroup placement_group(const std::vector<std::string>& bundles, const std::string& strategy = "PACK",
                                  const std::string& name = "", bool lifetime_detached = false);
 

@@ -9,6 +9,7 @@
 #include "cluster/peers.hpp"
 #include "cluster/remote_route.hpp"
 #include "runtime_impl.hpp"
+#include "troupe/ids.hpp"
 #include "troupe/net/hex.hpp"
 #include "troupe/net/http.hpp"
 
@@ -70,7 +71,7 @@ std::shared_ptr<detail::ActorCell> ClusterClient::make_cell(std::uint64_t id, co
                                                             const std::string& name, int max_retries,
                                                             std::chrono::milliseconds timeout) {
   auto cell = std::make_shared<detail::ActorCell>(
-      detail::CellSpec{id, type, (name.empty() ? type : name) + "#" + std::to_string(id),
+      detail::CellSpec{id, type, actor_label(name.empty() ? type : name, id),
                        timeout.count() > 0 ? timeout : call_timeout_, max_retries, /*remote=*/true},
       detail::CallTableEnv{timer_, &detail::release_regions});
   json seen;
@@ -185,6 +186,9 @@ void ClusterClient::watch_loop() {
       for (const auto& a : msg->body.value("actors", json::array())) {
         if (a.is_object() && a.contains("id")) apply(a);
       }
+      for (const auto& g : msg->body.value("groups", json::array())) {
+        if (g.is_object() && g.contains("id")) apply_group(g.at("id").get<std::uint64_t>(), g.value("state", ""), false);
+      }
       continue;
     }
     json order = msg->kind == 0 ? json{{"kind", "head_lost"}, {"why", msg->body.value("why", std::string())}} : msg->body;
@@ -194,6 +198,51 @@ void ClusterClient::watch_loop() {
       if (on_order_) on_order_(order);
     }
     if (msg->kind == 0) return;
+  }
+}
+
+Future<void> ClusterClient::group_ready(std::uint64_t id) {
+  {
+    std::lock_guard lk(mu_);
+    if (auto it = groups_.find(id); it != groups_.end() && !it->second.state.empty()) {
+      if (it->second.state == "CREATED") return make_ready_future();
+      if (it->second.state == "REMOVED") {
+        return make_error_future<void>(Error{PlacementCode::NotFound, "placement group " + std::to_string(id) + " was removed"});
+      }
+      Promise<void> p;
+      it->second.waiting.push_back(p);
+      return p.future();
+    }
+  }
+  // Not created here: the head's word seeds it.
+  try {
+    seed_group(id, call_head("GET", "/api/v1/placement_groups/" + std::to_string(id), nullptr).value("state", ""));
+  } catch (const CallError& e) {
+    if (e.code() != ErrorCode::BadArguments) return make_error_future<void>(e.error());
+    return make_error_future<void>(Error{PlacementCode::NotFound, "placement group " + std::to_string(id) + " was removed"});
+  }
+  return group_ready(id);
+}
+
+void ClusterClient::group_removed(std::uint64_t id) { apply_group(id, "REMOVED", false); }
+
+void ClusterClient::seed_group(std::uint64_t id, const std::string& state) {
+  apply_group(id, state.empty() ? "PENDING" : state, /*seed=*/true);
+}
+
+void ClusterClient::apply_group(std::uint64_t id, const std::string& state, bool seed) {
+  std::vector<Promise<void>> done;
+  {
+    std::lock_guard lk(mu_);
+    auto& g = groups_[id];
+    if (seed && !g.state.empty()) return;   // a push came first: it is newer
+    if (g.state == "REMOVED") return;       // for good (ids are not reused): a late push changes nothing
+    g.state = state;
+    if (state == "CREATED" || state == "REMOVED") done.swap(g.waiting);
+  }
+  for (auto& p : done) {
+    if (state == "CREATED") p.set_value();
+    else p.set_error(Error{PlacementCode::NotFound, "placement group " + std::to_string(id) + " was removed"});
   }
 }
 

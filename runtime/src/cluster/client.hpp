@@ -23,6 +23,7 @@
 #include "actor_cell.hpp"
 #include "troupe/net/head_link.hpp"
 #include "troupe/net/link.hpp"
+#include "troupe/future.hpp"
 #include "troupe/options.hpp"
 #include "troupe/registry.hpp"
 
@@ -73,6 +74,13 @@ class ClusterClient {
   void serve_as_worker(std::uint64_t id, const std::string& address, OrderHandler on_order);
   // Reports events to the head ({"events": events}); false once the link to the head has ended.
   bool send_events(const nlohmann::json& events);
+  // Completes once placement group `id` is CREATED (every bundle reserved), as the head pushes
+  // it; fails with PlacementCode::NotFound once it is removed. No request waits for it.
+  Future<void> group_ready(std::uint64_t id);
+  // The group's state from the head's answer to its creation: taken only if no push came first.
+  void seed_group(std::uint64_t id, const std::string& state);
+  // This process removed it: its futures fail now, not when the head's push comes.
+  void group_removed(std::uint64_t id);
   // A link to a worker ended (on the io thread): its actors' calls learn what that means.
   void on_link_lost(const net::Link& link, net::LinkEnd end, const std::string& why);
 
@@ -82,6 +90,7 @@ class ClusterClient {
   nlohmann::json call_head(const std::string& method, const std::string& target, const nlohmann::json& body);
   void watch_loop();
   void apply(const nlohmann::json& actor);
+  void apply_group(std::uint64_t id, const std::string& state, bool seed);
 
   detail::RuntimeImpl& rt_;
   Peers& peers_;
@@ -95,6 +104,11 @@ class ClusterClient {
   // before the spawn reply was read), and a cell made later starts from it.
   std::map<std::uint64_t, nlohmann::json> latest_;
   std::set<std::uint64_t> unlinked_;   // alive, but their worker could not be linked yet
+  struct GroupWatch {
+    std::string state;                    // as last pushed (or seeded); "" while unknown
+    std::vector<Promise<void>> waiting;   // ready futures given out before it was CREATED
+  };
+  std::map<std::uint64_t, GroupWatch> groups_;   // every group seen (few), removed ones kept; under mu_
   std::atomic<bool> stopping_{false};
   std::unique_ptr<net::HeadSession> session_;   // the link to the head
   std::uint64_t owner_ = 0;

@@ -100,6 +100,7 @@ class Head {
   std::uint64_t version_ = 1;
   std::unique_ptr<HeadState> state_;          // the typed head (head_state.hpp); under mu_
   std::map<const net::Link*, Peer> peers_;    // under mu_
+  std::map<std::uint64_t, std::string> pushed_groups_;   // each group's state as last pushed; under mu_
   std::thread detector_;
   std::unique_ptr<net::LinkHub> links_;
   std::string link_address_;
