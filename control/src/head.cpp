@@ -11,6 +11,7 @@
 
 #include "head_state.hpp"
 #include "troupe/ids.hpp"
+#include "troupe/net/address.hpp"
 #include "troupe/net/head_link.hpp"
 #include "troupe/net/token.hpp"
 
@@ -126,6 +127,7 @@ net::HttpResponse Head::route(const net::HttpRequest& req) {
     if (rest == "/directory" && req.method == "GET") return directory(req);
     if (rest == "/link" && req.method == "GET") return reply(200, json{{"link", link_address_}});
     if (rest == "/actors" && req.method == "POST") return create_actor(json::parse(req.body));
+    if (rest == "/actors/hosted" && req.method == "POST") return host_actor(json::parse(req.body));
     if (rest == "/placement_groups" && req.method == "POST") return create_group(json::parse(req.body));
     if (rest.rfind("/placement_groups/", 0) == 0) return route_group(req, rest.substr(17));
     if (rest.rfind("/actors/", 0) == 0) return route_actor(req, rest.substr(7));
@@ -169,6 +171,31 @@ net::HttpResponse Head::create_actor(const json& body) {
   if (!a.ok()) return error_reply(a.error());
   changed();
   return reply(200, json{{"actor_id", (*a)->id}, {"state", std::string(to_string((*a)->state))}});
+}
+
+// A process's own in-process actor, made callable from others: {"type", "name", "gateway" (its
+// link address), "owner" (required: it goes with that link), "pid"}.
+net::HttpResponse Head::host_actor(const json& body) {
+  if (!body.is_object()) return control::error_reply(400, "a hosted actor is a JSON object");
+  SpawnSpec spec;
+  spec.type = field<std::string>(body, "type");
+  spec.name = field<std::string>(body, "name", std::string());
+  spec.owner = field<std::uint64_t>(body, "owner");
+  const auto gateway = field<std::string>(body, "gateway");
+  const auto pid = field<std::int64_t>(body, "pid", std::int64_t{0});
+  if (spec.type.empty()) return control::error_reply(400, "a hosted actor needs its type");
+  try {
+    (void)net::split_address(gateway);
+  } catch (const std::invalid_argument& e) {
+    return control::error_reply(400, std::string("bad gateway: ") + e.what());
+  }
+  std::lock_guard lk(mu_);
+  if (spec.owner == 0 || !owner_linked(spec.owner)) {
+    return control::error_reply(409, "owner " + std::to_string(spec.owner) + " is not connected");
+  }
+  const ActorRecord* a = state_->host_actor(std::move(spec), gateway, pid);
+  changed();
+  return reply(200, json{{"actor_id", a->id}, {"state", std::string(to_string(a->state))}});
 }
 
 net::HttpResponse Head::kill_actor(std::uint64_t id, const std::string& reason) {

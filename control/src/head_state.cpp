@@ -249,13 +249,25 @@ Result<const ActorRecord*> HeadState::create_actor(SpawnSpec spec) {
     const ActorRecord* target = actors_.find(spec.colocate_with);
     host = target != nullptr && target->state != ActorState::Dead ? workers_.find(target->worker) : nullptr;
     if (host == nullptr || host->state == WorkerState::Dead) {
+      const bool hosted = target != nullptr && target->state != ActorState::Dead && target->worker == 0;
       return Error{ControlCode::Conflict, "cannot colocate with actor " + std::to_string(spec.colocate_with) +
-                                              ": it is not running"};
+                                              (hosted ? ": it runs in its driver's process" : ": it is not running")};
     }
   }
   ActorRecord& a = actors_.add(std::move(spec));
   if (host != nullptr) start_on_worker(*host, a);   // shares that process and its resources
   else place_and_start(a);
+  actors_.save(a);
+  return &a;
+}
+
+const ActorRecord* HeadState::host_actor(SpawnSpec spec, std::string gateway, std::int64_t pid) {
+  spec.max_restarts = 0;
+  ActorRecord& a = actors_.add(std::move(spec));
+  a.state = ActorState::Alive;
+  a.gateway = std::move(gateway);
+  a.pid = pid;
+  a.incarnation = 1;
   actors_.save(a);
   return &a;
 }

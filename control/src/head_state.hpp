@@ -50,6 +50,9 @@ class HeadState {
 
   // Actors. create: Conflict when colocate_with names an actor that is not running.
   Result<const ActorRecord*> create_actor(SpawnSpec spec);
+  // An actor another process runs itself (a driver's in-process actor passed to a worker): alive
+  // at once at `gateway`, no resources, no worker, never restarted; it goes with its owner.
+  const ActorRecord* host_actor(SpawnSpec spec, std::string gateway, std::int64_t pid);
   Result<const ActorRecord*> kill_actor(std::uint64_t id, const std::string& reason);
   const ActorRecord* actor(std::uint64_t id);
 

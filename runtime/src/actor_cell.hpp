@@ -82,6 +82,21 @@ class ActorCell : public std::enable_shared_from_this<ActorCell> {
   // ready() and every call with the refusal's code and message.
   bool mark_failed(Error error);
   bool dead() const { return dead_.load(std::memory_order_acquire); }
+  // An in-process actor made callable from other processes (RuntimeImpl::export_cell): calls
+  // that arrive on a link must carry `token` and name `incarnation`. Empty token (the default):
+  // no call from outside is served.
+  struct Served {
+    std::string token;
+    std::uint64_t incarnation = 0;
+  };
+  void serve_remote(Served s) {
+    std::lock_guard lk(mu_);
+    served_ = std::move(s);
+  }
+  Served served() const {
+    std::lock_guard lk(mu_);
+    return served_;
+  }
   // Completes when the actor's constructor has run (or fails if it threw / the actor died).
   Future<void> ready() const { return ready_.future(); }
   void set_ready() { ready_.set_value(); }
@@ -127,6 +142,7 @@ class ActorCell : public std::enable_shared_from_this<ActorCell> {
   std::uint64_t next_seq_ = 1;
   std::uint64_t route_incarnation_ = 0;
   Error death_error_;   // what every call fails with once dead
+  Served served_;
   std::unordered_map<std::uint64_t, StateBase*> recorded_;   // calls with a CallRecord, by seq
 
   const CellSpec spec_;

@@ -2,6 +2,7 @@
 
 #include <caf/all.hpp>
 
+#include "troupe/actor_ref.hpp"
 #include "troupe/net/token.hpp"
 
 namespace troupe::detail {
@@ -62,15 +63,19 @@ void run_remote(Host* self, ActorCell& cell, WireCall& wc, ReplySink& sink) {
   reply.incarnation = wc.incarnation;
   reply.seq = wc.seq;
   const auto& ctx = self->state.ctx;
-  if (ctx.token.empty() || !net::token_matches(wc.token, ctx.token)) {
+  // A worker's hosts know the token; an in-process actor of another process serves calls from
+  // outside only once exported (ActorCell::serve_remote), and with that token.
+  const ActorCell::Served served = ctx.token.empty() ? cell.served() : ActorCell::Served{ctx.token, ctx.incarnation};
+  if (served.token.empty() || !net::token_matches(wc.token, served.token)) {
     reply.set_error(Error{ErrorCode::Unavailable, "refused: missing or wrong cluster token"});
-  } else if (wc.incarnation != ctx.incarnation) {   // FT-2
+  } else if (wc.incarnation != served.incarnation) {   // FT-2
     reply.set_error(Error{ErrorCode::ActorDied, cell.label() + " incarnation " + std::to_string(wc.incarnation) + " is gone"});
   } else if (cell.dead()) {
     reply.set_error(Error{ErrorCode::ActorDied, cell.label() + " stopped"});
   } else {
     try {
       Payload args = from_wire(std::move(wc.args), wc.tensors, ctx.fetch_timeout);
+      RemoteArgs crossing(true);   // the result goes to another process: refs in it are exported
       auto r = invoke(self, cell.label(), wc.method, args);
       if (r.ok()) {
         WirePayload out = to_wire(r.value());

@@ -106,6 +106,22 @@ void RuntimeImpl::kill(const std::shared_ptr<ActorCell>& cell) {
     return;
   }
   if (cell->mark_dead("was killed")) spdlog::debug("killed {}", cell->label());
+  std::uint64_t exported = 0;
+  {
+    std::lock_guard lk(mu_);
+    if (auto it = exported_.find(cell->id()); it != exported_.end()) {
+      exported = it->second;
+      cells_.erase(exported);
+    }
+  }
+  if (exported != 0 && client_) {   // other processes learn it from the head's directory
+    if (auto* p = peers_if_any()) p->unhost(exported);
+    try {
+      client_->request("POST", "/api/v1/actors/" + std::to_string(exported) + "/kill", nlohmann::json{{"reason", "was killed"}});
+    } catch (const CallError& e) {
+      spdlog::warn("kill {}: the head was not told: {}", cell->label(), e.what());
+    }
+  }
 }
 
 std::shared_ptr<ActorCell> RuntimeImpl::find(std::uint64_t id) const {
@@ -132,6 +148,39 @@ void RuntimeImpl::add_cell(const std::shared_ptr<ActorCell>& cell) {
 void RuntimeImpl::forget(std::uint64_t id) {
   std::lock_guard lk(mu_);
   cells_.erase(id);
+}
+
+std::uint64_t RuntimeImpl::export_cell(const std::shared_ptr<ActorCell>& cell) {
+  std::lock_guard ex(export_mu_);
+  {
+    std::lock_guard lk(mu_);
+    if (auto it = exported_.find(cell->id()); it != exported_.end()) return it->second;
+  }
+  auto refuse = [&](Code code, const std::string& why) {
+    return ErrorException(Error{code, cell->label() + " cannot be passed to another process: " + why});
+  };
+  if (cell->dead()) throw refuse(ErrorCode::ActorDied, "it is dead");
+  caf::actor host = host_of(*cell);
+  if (!host) throw refuse(ErrorCode::BadArguments, "it has no host here");
+  try {
+    auto& client = cluster();
+    auto& links = peers(client.head().token, "driver");
+    std::string gateway = links.address();   // a worker's; a driver listens from its first export on
+    if (gateway.empty()) gateway = links.listen(client.advertise_host());
+    const std::string& label = cell->label();
+    const std::uint64_t id = client.host_actor(cell->type(), label.substr(0, label.rfind('#')), gateway);
+    cell->serve_remote({client.head().token, 1});   // the head records incarnation 1: it never restarts
+    links.host(id, 1, host);
+    {
+      std::lock_guard lk(mu_);
+      exported_[cell->id()] = id;
+      cells_[id] = cell;   // its cluster id, coming back in a message, finds it here
+    }
+    spdlog::debug("{} is callable from other processes as actor {} at {}", label, id, gateway);
+    return id;
+  } catch (const ErrorException& e) {   // no cluster, the head refused, or no port to listen on
+    throw refuse(e.error().code, e.error().message);
+  }
 }
 
 RuntimeImpl* RuntimeImpl::current() { return g_current.load(); }
@@ -210,6 +259,22 @@ void kill_actor(RuntimeImpl& rt, const std::shared_ptr<ActorCell>& cell) { rt.ki
 std::shared_ptr<ActorCell> resolve_cell(std::uint64_t id, const std::string& type) {
   RuntimeImpl* rt = g_current.load();
   return rt == nullptr ? nullptr : rt->resolve(id, type);
+}
+
+bool cell_remote(const ActorCell& cell) { return cell.remote(); }
+
+namespace {
+thread_local bool t_crossing = false;   // RemoteArgs: what is encoded now goes to another process
+}  // namespace
+
+RemoteArgs::RemoteArgs(bool crossing) : previous_(t_crossing) { t_crossing = crossing; }
+RemoteArgs::~RemoteArgs() { t_crossing = previous_; }
+
+std::uint64_t ref_wire_id(const std::shared_ptr<ActorCell>& cell) {
+  if (!t_crossing || cell->remote() || cell->id() >= kClusterActorBase || cell->id() == 0) return cell->id();
+  RuntimeImpl* rt = g_current.load();
+  if (rt == nullptr) throw ErrorException(Error{ErrorCode::Unavailable, cell->label() + ": no runtime in this process"});
+  return rt->export_cell(cell);
 }
 
 }  // namespace detail

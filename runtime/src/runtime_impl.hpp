@@ -46,6 +46,11 @@ class RuntimeImpl {
   void add_cell(const std::shared_ptr<ActorCell>& cell);
   void forget(std::uint64_t id);
   void shutdown();
+  // Makes in-process actor `cell` callable from other processes of the cluster (defect 6): the
+  // head numbers it (a cluster id, unique in the cluster) and records where it is called (this
+  // process's link address, listening from then on); this process hosts it under that id too.
+  // Once per actor; returns the cluster id. Throws ErrorException when it cannot be done.
+  std::uint64_t export_cell(const std::shared_ptr<ActorCell>& cell);
 
   const RuntimeConfig& config() const { return config_; }
   cluster::ClusterClient& cluster();   // connects (or starts the embedded cluster) on first use
@@ -72,6 +77,8 @@ class RuntimeImpl {
   std::unique_ptr<cluster::ClusterClient> client_;
   std::mutex peers_mu_;
   std::unique_ptr<cluster::Peers> peers_;
+  std::mutex export_mu_;   // one export at a time (each asks the head once)
+  std::unordered_map<std::uint64_t, std::uint64_t> exported_;   // local id -> cluster id; under mu_
 };
 
 }  // namespace troupe::detail

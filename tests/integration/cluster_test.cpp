@@ -16,6 +16,7 @@
 #include "support/helper_main.hpp"
 #include "support/temp_dir.hpp"
 #include "test_actors.hpp"
+#include "troupe/ids.hpp"
 
 using namespace std::chrono_literals;
 using troupe::ErrorCode;
@@ -87,6 +88,41 @@ TEST_CASE("calls in flight together over a link are answered in submission order
   CHECK(refused.error().message == "torn version");
   auto t = b.call(&Store::make, std::int64_t(4 << 20), 9).get();   // a result tensor over UCX
   CHECK(fnv1a(t.data, t.nbytes()) == b.call(&Store::checksum_of_last).get());
+}
+
+TEST_CASE("a driver's in-process actor passed to worker actors is called there by its cluster id, until it is killed") {
+  itest::Cluster cluster;
+  cluster.add_node("CPU=2");
+  auto rt = connect(cluster);
+  auto local = rt.spawn<Store>(troupe::Options{}, 10);   // in this process
+  auto a = rt.spawn<Store>(troupe::Options{}.process(true), 1);
+  auto b = rt.spawn<Store>(troupe::Options{}.process(true), 2);
+  CHECK(a.call(&Store::add_via, local, 5).get() == 15);
+  CHECK(b.call(&Store::add_via, local, 1).get() == 16);   // the same actor, from another process
+  CHECK(local.call(&Store::get).get() == 16);
+  CHECK(local.call(&Store::pid).get() == int(::getpid()));
+
+  // The head numbered it once and knows where it is called: this process, no node, owned by
+  // this driver.
+  std::vector<nlohmann::json> hosted;
+  for (const auto& x : cluster.status().value("actors", nlohmann::json::array())) {
+    if (x.value("pid", 0) == int(::getpid())) hosted.push_back(x);
+  }
+  REQUIRE(hosted.size() == 1);
+  CHECK(hosted[0].value("state", "") == "alive");
+  CHECK(hosted[0].value("node", std::uint64_t{1}) == 0);
+  CHECK(hosted[0].value("owner", std::uint64_t{0}) != 0);
+  CHECK(hosted[0].value("type", "") == "Store");
+  const auto cluster_id = hosted[0].value("id", std::uint64_t{0});
+  CHECK(cluster_id >= troupe::kClusterActorBase);
+
+  rt.kill(local);   // the head is told; a worker that calls it then learns it is dead
+  auto f = a.call(&Store::add_via, local, 1);
+  REQUIRE(f.wait_for(20s));
+  REQUIRE_FALSE(f.result().ok());
+  CHECK(f.result().error().code == ErrorCode::MethodFailed);   // add_via's own call failed
+  CHECK(f.result().error().message.find("ActorDied") != std::string::npos);
+  CHECK(cluster.actor(cluster_id).value("state", "") == "dead");
 }
 
 TEST_CASE("a wrong token is refused: no join, no status, no call") {
@@ -276,8 +312,10 @@ TEST_CASE("without an address, a process actor runs on an embedded head and node
     CHECK(worker_pid != int(::getpid()));
     auto other = rt.spawn<Store>(troupe::Options{}.process(true), 10);
     CHECK(remote.call(&Store::add_via, other, 5).get() == 15);   // worker to worker
-    // In-process actors are reachable only inside their process: passing one out is refused.
-    CHECK(remote.call(&Store::add_via, local, 5).result().error().code == ErrorCode::BadArguments);
+    // An in-process actor passed to a worker is called there (defect 6): the head numbers it
+    // and the worker links to this process.
+    CHECK(remote.call(&Store::add_via, local, 5).get() == 6);
+    CHECK(local.call(&Store::get).get() == 6);
   }
   // The runtime's shutdown stopped the embedded node and its worker.
   CHECK(::kill(worker_pid, 0) != 0);

@@ -34,6 +34,25 @@ Future<void> cell_ready(const ActorCell& cell);
 // The cell of actor `id` in this process's runtime: a local one, or (cluster actors) a remote cell
 // bound through the head's directory. Null if there is no runtime or no such actor here.
 std::shared_ptr<ActorCell> resolve_cell(std::uint64_t id, const std::string& type);
+bool cell_remote(const ActorCell& cell);   // hosted by another process
+
+// While one is alive on this thread with `crossing` true, what is encoded goes to another process:
+// an ActorRef to an actor of this process then encodes as a cluster id, the actor made callable
+// from there (ref_wire_id). Set around every encoding: a call's arguments, a spawn's constructor
+// arguments, a result a host sends back over a link.
+class RemoteArgs {
+ public:
+  explicit RemoteArgs(bool crossing);
+  ~RemoteArgs();
+  RemoteArgs(const RemoteArgs&) = delete;
+  RemoteArgs& operator=(const RemoteArgs&) = delete;
+
+ private:
+  bool previous_;
+};
+// The id an ActorRef travels as: its own, or (crossing to another process, for an actor of this
+// one) the cluster id it is exported under. Throws ErrorException when it cannot be exported.
+std::uint64_t ref_wire_id(const std::shared_ptr<ActorCell>& cell);
 
 // The argument as the method's parameter type P: by reference when it already is one.
 template <class P, class A>
@@ -76,7 +95,10 @@ class ActorRef {
     }
     Payload p;
     try {
+      detail::RemoteArgs crossing(cell_ != nullptr && detail::cell_remote(*cell_));
       p = detail::encode_as(static_cast<typename Tr::Values*>(nullptr), std::forward<A>(args)...);
+    } catch (const ErrorException& e) {   // a ref that could not be made callable from there
+      return make_error_future<R>(e.error());
     } catch (const std::exception& e) {
       return make_error_future<R>(Error{ErrorCode::BadArguments, e.what()});
     }
@@ -98,7 +120,11 @@ class ActorRef {
     }
     Payload p;
     try {
+      detail::RemoteArgs crossing(cell_ != nullptr && detail::cell_remote(*cell_));
       p = detail::encode_as(static_cast<typename Tr::Values*>(nullptr), std::forward<A>(args)...);
+    } catch (const ErrorException& e) {
+      detail::log_untold(name, e.error());
+      return;
     } catch (const std::exception& e) {
       detail::log_untold(name, Error{ErrorCode::BadArguments, e.what()});
       return;
@@ -110,7 +136,14 @@ class ActorRef {
   // other languages). A type mismatch is found by the actor and fails the future (BadArguments).
   template <class R, class... A>
   Future<R> call_by_name(const std::string& method, const A&... args) const {
-    return call_encoded<R>(method.c_str(), encode_args(args...));
+    Payload p;
+    try {
+      detail::RemoteArgs crossing(cell_ != nullptr && detail::cell_remote(*cell_));
+      p = encode_args(args...);
+    } catch (const ErrorException& e) {
+      return make_error_future<R>(e.error());
+    }
+    return call_encoded<R>(method.c_str(), std::move(p));
   }
 
   // Sends pre-encoded arguments. `method` must stay valid only for the duration of the call.
@@ -200,7 +233,7 @@ template <class T>
 struct pack<troupe::ActorRef<T>> {
   template <class Stream>
   packer<Stream>& operator()(packer<Stream>& o, const troupe::ActorRef<T>& r) const {
-    std::uint64_t id = r.valid() ? r.id() : 0;
+    std::uint64_t id = r.valid() ? troupe::detail::ref_wire_id(r.cell()) : 0;
     char b[8];
     for (int i = 0; i < 8; ++i) b[i] = static_cast<char>((id >> (8 * i)) & 0xff);
     o.pack_ext(8, troupe::detail::kActorRefExt);

@@ -144,7 +144,10 @@ ActorRef<T> Runtime::spawn(const Options& opts, A&&... args) {
   (void)Ctor::registered;
   Payload p;
   try {
+    detail::RemoteArgs crossing(opts.needs_process());
     p = encode_args(detail::as_param<detail::wire_t<A>>(std::forward<A>(args))...);
+  } catch (const ErrorException& e) {
+    throw CallError(Error{e.error().code, "constructor arguments: " + e.error().message});
   } catch (const std::exception& e) {
     throw CallError(Error{ErrorCode::BadArguments, std::string("constructor arguments: ") + e.what()});
   }

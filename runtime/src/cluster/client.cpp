@@ -2,6 +2,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -117,6 +121,41 @@ std::shared_ptr<detail::ActorCell> ClusterClient::attach(std::uint64_t id, const
   auto cell = make_cell(id, type, a.value("name", ""), 0, std::chrono::milliseconds(0));
   apply(a);
   return cell;
+}
+
+std::uint64_t ClusterClient::host_actor(const std::string& type, const std::string& name, const std::string& gateway) {
+  auto res = call_head("POST", "/api/v1/actors/hosted",
+                       json{{"type", type}, {"name", name}, {"gateway", gateway}, {"owner", owner_}, {"pid", ::getpid()}});
+  const auto id = res.at("actor_id").get<std::uint64_t>();
+  std::lock_guard lk(mu_);
+  owned_.insert(id);   // killed at the head when this client stops
+  return id;
+}
+
+std::string ClusterClient::advertise_host() const {
+  if (head_.host == "127.0.0.1" || head_.host == "localhost" || head_.host == "::1") return "127.0.0.1";
+  // The local end of a route to the head (a UDP connect sends nothing): the interface that reaches it.
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(head_.host.c_str(), std::to_string(head_.port).c_str(), &hints, &found) != 0 || found == nullptr) {
+    return "0.0.0.0";
+  }
+  std::string out = "0.0.0.0";
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) == 0) {
+    sockaddr_in local{};
+    socklen_t len = sizeof local;
+    char text[INET_ADDRSTRLEN] = {};
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
+        ::inet_ntop(AF_INET, &local.sin_addr, text, sizeof text) != nullptr) {
+      out = text;
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(found);
+  return out;
 }
 
 void ClusterClient::kill(const std::shared_ptr<detail::ActorCell>& cell) {

@@ -56,6 +56,11 @@ class ClusterClient {
   // A cell for an existing cluster actor (an ActorRef received in a message), or null.
   std::shared_ptr<detail::ActorCell> attach(std::uint64_t id, const std::string& type);
   void kill(const std::shared_ptr<detail::ActorCell>& cell);
+  // Registers an in-process actor at the head as callable at `gateway` (this process's link
+  // address); owned by this client, like what it spawns. The cluster id. Throws CallError.
+  std::uint64_t host_actor(const std::string& type, const std::string& name, const std::string& gateway);
+  // The address of this host that the head's host reaches: where other processes can call this one.
+  std::string advertise_host() const;
   // Kills the actors this client spawned (a driver's actors end with it) unless `keep_actors`,
   // then stops the directory watcher. Idempotent.
   void stop(bool keep_actors);

@@ -86,12 +86,20 @@ net::Link::ClosedHandler Peers::closed_handler() {
 }
 
 std::string Peers::listen(const std::string& bind) {
-  return hub_->listen(bind, [this](const std::shared_ptr<net::Link>& link) {
+  auto address = hub_->listen(bind, [this](const std::shared_ptr<net::Link>& link) {
     link->set_handlers(message_handler(), closed_handler());
     std::lock_guard lk(mu_);
     std::erase_if(inbound_, [](const std::shared_ptr<net::Link>& l) { return l->closed(); });
     inbound_.push_back(link);
   });
+  std::lock_guard lk(mu_);
+  address_ = address;
+  return address;
+}
+
+std::string Peers::address() const {
+  std::lock_guard lk(mu_);
+  return address_;
 }
 
 void Peers::host(std::uint64_t actor_id, std::uint64_t incarnation, caf::actor host) {

@@ -42,6 +42,7 @@ class Peers {
 
   // Serving: listens on `bind`; returns "host:port". Throws ErrorException (NetCode) if it cannot.
   std::string listen(const std::string& bind);
+  std::string address() const;   // what listen() returned; "" before
   // The table of actors hosted here that other processes may call.
   void host(std::uint64_t actor_id, std::uint64_t incarnation, caf::actor host);
   void unhost(std::uint64_t actor_id);
@@ -80,6 +81,7 @@ class Peers {
   std::vector<Fetcher> fetchers_;   // joined when done (at the next one) or at stop()
   bool stopping_ = false;
   std::string token_, role_;
+  std::string address_;   // under mu_
 };
 
 }  // namespace troupe::cluster

@@ -60,6 +60,7 @@ class Head {
   net::HttpResponse route_actor(const net::HttpRequest& req, const std::string& rest);
   net::HttpResponse route_group(const net::HttpRequest& req, const std::string& rest);
   net::HttpResponse create_actor(const nlohmann::json& body);
+  net::HttpResponse host_actor(const nlohmann::json& body);
   net::HttpResponse kill_actor(std::uint64_t id, const std::string& reason);
   net::HttpResponse get_actor(std::uint64_t id);
   net::HttpResponse create_group(const nlohmann::json& body);
