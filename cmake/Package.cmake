@@ -2,7 +2,10 @@
 #   troupe          the shared libraries and the CLI; Depends computed by dpkg-shlibdeps
 #   libtroupe-dev   headers, CMake package, troupe.pc; Depends on troupe and on the -dev packages a
 #                   program built against troupe needs
-# An operator installs `troupe` on every node with apt; a developer adds `libtroupe-dev`.
+#   libtroupe-rl-dev  troupe::rl and the modules under it (static), their headers and CMake file;
+#                   Depends on libtroupe-dev and libtorch-dev
+# An operator installs `troupe` on every node with apt; a developer adds `libtroupe-dev` (and
+# `libtroupe-rl-dev` to build RL programs).
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME troupe)
 set(CPACK_PACKAGE_VENDOR "troupe")
@@ -12,7 +15,7 @@ set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_PACKAGE_DIRECTORY ${CMAKE_BINARY_DIR}/packages)
 set(CPACK_DEB_COMPONENT_INSTALL ON)
-set(CPACK_COMPONENTS_ALL runtime dev)
+set(CPACK_COMPONENTS_ALL runtime dev rl)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION libs)
 
@@ -27,5 +30,10 @@ set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS
     "troupe (= ${PROJECT_VERSION}), libcaf-dev, libucx-dev, libmsgpack-cxx-dev, libboost-dev, libsqlite3-dev, libssl-dev, libcli11-dev, nlohmann-json3-dev, libspdlog-dev, cmake, pkg-config")
 set(CPACK_COMPONENT_DEV_DESCRIPTION "troupe: headers, CMake package and pkg-config file for building programs against troupe")
+
+set(CPACK_DEBIAN_RL_PACKAGE_NAME libtroupe-rl-dev)
+set(CPACK_DEBIAN_RL_PACKAGE_SECTION libdevel)
+set(CPACK_DEBIAN_RL_PACKAGE_DEPENDS "libtroupe-dev (= ${PROJECT_VERSION}), libtorch-dev")
+set(CPACK_COMPONENT_RL_DESCRIPTION "troupe: the RL library (troupe::rl, with actors, weights and kernels) on libtorch")
 
 include(CPack)

@@ -14,6 +14,7 @@ cmake --install "$build" --prefix "$prefix" > "$work/install.log"
 
 # Nothing of the source or build tree on any path: only the prefix.
 "$(dirname "$0")/readme_program.sh" "$src" "$prefix" "$work/app"
+"$(dirname "$0")/readme_program.sh" "$src" "$prefix" "$work/app-rl" consumer-rl   # troupe::rl
 
 cxx=(g++)
 if command -v ccache > /dev/null; then cxx=(ccache g++); fi

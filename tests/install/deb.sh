@@ -12,6 +12,7 @@ trap 'rm -rf "$work"' EXIT
   { cat "$work/cpack.log"; exit 1; }
 runtime_deb=$(ls "$work"/packages/troupe_*.deb)
 dev_deb=$(ls "$work"/packages/libtroupe-dev_*.deb)
+rl_deb=$(ls "$work"/packages/libtroupe-rl-dev_*.deb)
 
 # troupe: Depends computed from its shared libraries (dpkg-shlibdeps), so the libraries it links
 # are named there; libtroupe-dev: troupe at the same version and the -dev packages a program needs.
@@ -27,11 +28,22 @@ for dep in "troupe (= $version)" libcaf-dev libucx-dev libmsgpack-cxx-dev libspd
   grep -qF "$dep" <<< "$dev_depends" || { echo "libtroupe-dev does not depend on $dep" >&2; exit 1; }
 done
 dpkg-deb -c "$runtime_deb" | grep -q '/usr/include/' && { echo "headers in the runtime package" >&2; exit 1; }
+rl_depends=$(dpkg-deb -f "$rl_deb" Depends)
+echo "libtroupe-rl-dev Depends: $rl_depends"
+for dep in "libtroupe-dev (= $version)" libtorch-dev; do
+  grep -qF "$dep" <<< "$rl_depends" || { echo "libtroupe-rl-dev does not depend on $dep" >&2; exit 1; }
+done
+rl_files=$(dpkg-deb -c "$rl_deb")   # listed whole first: grep -q would close the pipe early
+dev_files=$(dpkg-deb -c "$dev_deb")
+grep -q 'troupeRlTargets.cmake' <<< "$rl_files" || { echo "no troupe::rl targets in libtroupe-rl-dev" >&2; exit 1; }
+grep -q 'libtroupe_rl' <<< "$dev_files" && { echo "the RL library in libtroupe-dev" >&2; exit 1; }
 
 root=$work/root
 dpkg-deb -x "$runtime_deb" "$root"
 dpkg-deb -x "$dev_deb" "$root"
+dpkg-deb -x "$rl_deb" "$root"
 "$root/usr/bin/troupe" --help > /dev/null
 
 "$(dirname "$0")/readme_program.sh" "$src" "$root/usr" "$work/app"   # that root only
+"$(dirname "$0")/readme_program.sh" "$src" "$root/usr" "$work/app-rl" consumer-rl
 echo "ok"
