@@ -109,6 +109,13 @@ TEST_CASE("bad bodies and bad hellos are refused with a reason and change nothin
   CHECK(call(head, "POST", "/api/v1/actors", R"({"type":"X","ctor_signature":"s","ctor_args":"","binary":"/bin/true","owner":77})").status == 409);
   CHECK(call(head, "POST", "/api/v1/placement_groups", R"({"bundles":["CPU=1"],"owner":77})").status == 409);
   CHECK(call(head, "POST", "/api/v1/placement_groups", R"({"bundles":["CPU=1"],"owner":"me"})").status == 400);
+  // A hosted actor (a process's own, callable from others): type, gateway and a linked owner.
+  CHECK(call(head, "POST", "/api/v1/actors/hosted", R"({"type":"X","gateway":"127.0.0.1:9","owner":77})").status == 409);
+  CHECK(call(head, "POST", "/api/v1/actors/hosted", R"({"type":"X","gateway":"127.0.0.1:9"})").status == 400);
+  CHECK(call(head, "POST", "/api/v1/actors/hosted", R"({"type":"X","gateway":"nowhere","owner":1})").status == 400);
+  CHECK(call(head, "POST", "/api/v1/actors/hosted", R"({"type":"","gateway":"127.0.0.1:9","owner":1})").status == 400);
+  CHECK(call(head, "POST", "/api/v1/actors/hosted", R"({"type":7,"gateway":"127.0.0.1:9","owner":1})").status == 400);
+  CHECK(call(head, "POST", "/api/v1/actors/hosted", "[]").status == 400);
   auto status = status_of(head);
   CHECK(status["nodes"].size() == 1);
   CHECK(status["nodes"][0].value("state", "") == "alive");
