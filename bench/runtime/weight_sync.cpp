@@ -309,7 +309,7 @@ int main(int argc, char** argv) {
     cfg.address = cluster.address();
     cfg.token = cluster.token();
     cfg.remote_call_timeout = std::chrono::seconds(300);
-    auto crt = troupe::Runtime::create(cfg);
+    auto crt = troupe::Runtime::create(cfg).value();
     auto pub_opts = troupe::Options{}.resources("node_a=1");
     auto recv_opts = troupe::Options{}.resources("node_b=1");
     for (std::size_t i = 0; i < sizes.size(); ++i) {

@@ -156,16 +156,12 @@ Runtime init(int argc, char** argv) {
     std::fprintf(stderr, "troupe: %s\n", e.what());
     std::exit(2);
   }
-  const bool joins = !config.address.empty();
-  Runtime rt = Runtime::create(std::move(config));
-  if (joins) {   // a cluster named on the command line: a refusal is reported here, not at a spawn
-    if (auto st = rt.connect(); !st.ok()) {
-      std::fprintf(stderr, "troupe: %s\n", st.error().to_string().c_str());
-      rt.shutdown();
-      std::exit(2);
-    }
+  auto created = Runtime::create(std::move(config));   // joins a cluster named on the command line
+  if (!created.ok()) {   // reported here, not at a spawn
+    std::fprintf(stderr, "troupe: %s\n", created.error().to_string().c_str());
+    std::exit(2);
   }
-  return rt;
+  return std::move(created).value();
 }
 
 }  // namespace troupe

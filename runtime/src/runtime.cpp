@@ -302,11 +302,19 @@ void log_to_stderr() {
 
 }  // namespace
 
-Runtime Runtime::create(RuntimeConfig config) {
+Result<Runtime> Runtime::create(RuntimeConfig config) {
   log_to_stderr();
   auto level = spdlog::level::from_str(config.log_level);
   spdlog::set_level(level);
-  return Runtime(std::make_unique<detail::RuntimeImpl>(std::move(config)));
+  const bool joins = !config.address.empty();
+  Runtime rt(std::make_unique<detail::RuntimeImpl>(std::move(config)));
+  if (joins) {   // the head checks the token now: a refusal is this call's, not a spawn's
+    if (auto st = rt.connect(); !st.ok()) {
+      rt.shutdown();
+      return st.error();
+    }
+  }
+  return Result<Runtime>(std::move(rt));
 }
 
 PlacementGroup Runtime::placement_group(const std::vector<std::string>& bundles, const std::string& strategy,

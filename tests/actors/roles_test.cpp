@@ -88,7 +88,7 @@ TEST_CASE("the integer verifier reports format validity apart from correctness")
 }
 
 TEST_CASE("SFT steps through the actor API lower the loss and bump the policy version") {
-  auto rt = troupe::Runtime::create();
+  auto rt = troupe::Runtime::create().value();
   auto trainer = rt.spawn<Trainer>(troupe::Options{}.name("trainer"), TrainerConfig{tiny_policy(), OptimConfig{}, 1});
   auto first = trainer.call(&Trainer::train_step, copy_batch(8)).get();
   TrainMetrics last;
@@ -119,7 +119,7 @@ TEST_CASE("gradient accumulation over micro-batches takes the same step as one b
 }
 
 TEST_CASE("every rollout row carries the policy version it was sampled with (RL-1)") {
-  auto rt = troupe::Runtime::create();
+  auto rt = troupe::Runtime::create().value();
   auto trainer = rt.spawn<Trainer>(troupe::Options{}, TrainerConfig{tiny_policy(), OptimConfig{}, 1});
   auto rollout = rt.spawn<RolloutEngine>(troupe::Options{}, RolloutConfig{tiny_policy(), 1, true});
   GenerateRequest req{{{1, 2}, {3}}, 3, SamplingParams{1.0f, 1.0f, 4, 7, 11}};
@@ -136,7 +136,7 @@ TEST_CASE("every rollout row carries the policy version it was sampled with (RL-
 }
 
 TEST_CASE("weights go trainer -> weight store -> rollout engine, version tagged, identical bytes") {
-  auto rt = troupe::Runtime::create();
+  auto rt = troupe::Runtime::create().value();
   auto trainer = rt.spawn<Trainer>(troupe::Options{}, TrainerConfig{tiny_policy(), OptimConfig{}, 1});
   auto rollout = rt.spawn<RolloutEngine>(troupe::Options{}, RolloutConfig{tiny_policy(), 1, true});
   auto store = rt.spawn<troupe::WeightStore>(troupe::Options{});
@@ -159,7 +159,7 @@ TEST_CASE("weights go trainer -> weight store -> rollout engine, version tagged,
 }
 
 TEST_CASE("the reference scores a batch with the logprobs its sampler reported") {
-  auto rt = troupe::Runtime::create();
+  auto rt = troupe::Runtime::create().value();
   auto rollout = rt.spawn<RolloutEngine>(troupe::Options{}, RolloutConfig{tiny_policy(), 1, true});
   auto reference = rt.spawn<Reference>(troupe::Options{}, ReferenceConfig{tiny_policy(), "", 1});
   GenerateRequest req{{{1, 2, 3}, {4, 5}}, 4, SamplingParams{1.0f, 1.0f, 5, -1, 5}};
@@ -194,7 +194,7 @@ TEST_CASE("a trainer checkpoint restores weights, optimizer and version bit for 
 }
 
 TEST_CASE("an unknown objective or a bad weights file fails the call, not the process") {
-  auto rt = troupe::Runtime::create();
+  auto rt = troupe::Runtime::create().value();
   auto trainer = rt.spawn<Trainer>(troupe::Options{}, TrainerConfig{tiny_policy(), OptimConfig{}, 1});
   auto batch = copy_batch(2);
   batch.objective = "nope";

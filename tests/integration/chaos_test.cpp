@@ -35,7 +35,7 @@ int owning_driver(const std::string& arg) {
   std::istringstream in(arg);
   troupe::RuntimeConfig cfg;
   in >> cfg.address >> cfg.token;
-  auto rt = troupe::Runtime::create(cfg);
+  auto rt = troupe::Runtime::create(cfg).value();
   auto owned = rt.spawn<Store>(troupe::Options{}.resources("owned=1"), 1);
   auto kept = rt.spawn<Store>(troupe::Options{}.resources("owned=1").lifetime_detached(), 2);
   auto group = rt.placement_group({"CPU=1"});

@@ -24,7 +24,7 @@ troupe::Runtime connect(const Cluster& c, std::chrono::seconds call_timeout) {
   cfg.address = c.address();
   cfg.token = c.token();
   cfg.remote_call_timeout = call_timeout;
-  return troupe::Runtime::create(cfg);
+  return troupe::Runtime::create(cfg).value();
 }
 
 pid_t start_helper(const std::string& name, const std::string& arg, int* out) {

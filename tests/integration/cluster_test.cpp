@@ -74,7 +74,7 @@ TEST_CASE("calls in flight together over a link are answered in submission order
   cfg.address = cluster.address();
   cfg.token = cluster.token();
   cfg.remote_call_timeout = 60s;
-  auto rt = troupe::Runtime::create(cfg);
+  auto rt = troupe::Runtime::create(cfg).value();
   auto a = rt.spawn<Store>(troupe::Options{}.name("a").process(true), 10);
   auto b = rt.spawn<Store>(troupe::Options{}.name("b").process(true), 100);
   REQUIRE(a.ready().wait_for(30s));
@@ -139,11 +139,9 @@ TEST_CASE("a wrong token is refused: no join, no status, no call") {
   troupe::RuntimeConfig cfg;
   cfg.address = cluster.address();
   cfg.token = "wrong";
-  auto rt = troupe::Runtime::create(cfg);
-  auto refused = rt.spawn<Store>(troupe::Options{}.process(true), 1);   // a value, not a throw
-  REQUIRE(refused.ready().wait_for(10s));
-  REQUIRE_FALSE(refused.ready().result().ok());
-  CHECK(refused.ready().result().error().message.find("token") != std::string::npos);
+  auto refused = troupe::Runtime::create(cfg);   // a value, not a throw
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().message.find("token") != std::string::npos);
   // The refusals are logged.
   auto logs = itest::run({"/bin/sh", "-c", "cat " + cluster.temp_dir() + "/session_latest/logs/head.log"});
   CHECK(logs.output.find("refused") != std::string::npos);
@@ -204,7 +202,7 @@ namespace {
 // A program run with no address, as a user runs one: its stdout is its own.
 // With "wait" it then runs on until killed.
 int embedded_program(const std::string& arg) {
-  auto rt = troupe::Runtime::create(troupe::RuntimeConfig::from_env());
+  auto rt = troupe::Runtime::create(troupe::RuntimeConfig::from_env()).value();
   auto s = rt.spawn<Store>(troupe::Options{}.process(true), 10);
   const int sum = s.call(&Store::add, 1).get();
   std::cout << "result " << sum << std::endl;
@@ -226,26 +224,28 @@ int init_program(const std::string& address) {
 }
 TROUPE_TEST_HELPER("init-program", init_program);
 
-TEST_CASE("a wrong token is an error value at connect, and troupe::init exits with status 2 naming it") {
+TEST_CASE("a wrong token is an error value at create, and troupe::init exits with status 2 naming it") {
   itest::Cluster cluster;
   troupe::RuntimeConfig cfg;
   cfg.address = cluster.address();
   cfg.token = "not-the-token";
-  auto rt = troupe::Runtime::create(cfg);
-  auto st = rt.connect();
-  REQUIRE_FALSE(st.ok());
-  CHECK(st.error().code == troupe::ErrorCode::Unavailable);
-  CHECK(st.error().message.find("token") != std::string::npos);
+  auto refused = troupe::Runtime::create(cfg);   // the head checks the token at create
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().code == troupe::ErrorCode::Unavailable);
+  CHECK(refused.error().message.find("token") != std::string::npos);
   // Later refusals are values too: the handles' futures fail with the refusal, nothing throws.
-  auto actor = rt.spawn<Store>(troupe::Options{}.process(true), 1);
-  CHECK(actor.id() == 0);
-  REQUIRE(actor.ready().wait_for(10s));
-  CHECK(actor.ready().result().error().code == troupe::ErrorCode::Unavailable);
-  CHECK(actor.call(&Store::get).result().error().message.find("token") != std::string::npos);
-  auto group = rt.placement_group({"CPU=1"});
-  CHECK(group.id() == 0);
-  CHECK(group.ready_future().result().error().code == troupe::ErrorCode::Unavailable);
-  rt.shutdown();
+  cfg.token = cluster.token();
+  {
+    auto rt = troupe::Runtime::create(cfg).value();
+    auto actor = rt.spawn<Store>(troupe::Options{}.resources("CPU=lots"), 1);
+    CHECK(actor.id() == 0);
+    REQUIRE(actor.ready().wait_for(10s));
+    CHECK(actor.ready().result().error().code == troupe::ErrorCode::BadArguments);
+    CHECK(actor.call(&Store::get).result().error().message.find("lots") != std::string::npos);
+    auto group = rt.placement_group({"CPU=1"}, "SIDEWAYS");
+    CHECK(group.id() == 0);
+    CHECK(group.ready_future().result().error().code == troupe::ErrorCode::BadArguments);
+  }   // one runtime per process: this one ends here
 
   int out = -1;
   const pid_t pid = itest::start_helper("init-program", cluster.address(), &out);
@@ -256,6 +256,11 @@ TEST_CASE("a wrong token is an error value at connect, and troupe::init exits wi
   REQUIRE(WIFEXITED(status));   // not killed by SIGABRT
   CHECK(WEXITSTATUS(status) == 2);
   CHECK(printed.empty());
+
+  cluster.cli({"stop"});   // no head at the address: create says so
+  auto lost = troupe::Runtime::create(cfg);
+  REQUIRE_FALSE(lost.ok());
+  CHECK(lost.error().code == troupe::ErrorCode::Unavailable);
 }
 
 TEST_CASE("an embedded run's stdout holds the program's output only: troupe logs to stderr") {
@@ -304,7 +309,7 @@ TEST_CASE("without an address, a process actor runs on an embedded head and node
   {
     troupe::RuntimeConfig cfg;
     cfg.session_root = dir.path;
-    auto rt = troupe::Runtime::create(cfg);
+    auto rt = troupe::Runtime::create(cfg).value();
     auto local = rt.spawn<Store>(troupe::Options{}, 1);
     auto remote = rt.spawn<Store>(troupe::Options{}.process(true), 2);
     CHECK(local.call(&Store::pid).get() == int(::getpid()));

@@ -99,7 +99,7 @@ struct GroupReceiver {
 troupe::Runtime local_runtime(const test_support::TempDir& dir) {
   troupe::RuntimeConfig cfg;
   cfg.session_root = dir.path;
-  return troupe::Runtime::create(cfg);
+  return troupe::Runtime::create(cfg).value();
 }
 
 std::size_t holds(const troupe::ActorRef<WeightStore>& store) { return store.call(&WeightStore::stats).get().holds; }
@@ -233,7 +233,7 @@ TEST_CASE("weights on a machine without a GPU: a subscriber asking for device me
   std::string why;
   if (troupe::detail::weights::gpu::device_count(&why) > 0) TROUPE_SKIP("this machine has a GPU");
   troupe::RuntimeConfig cfg;
-  auto rt = troupe::Runtime::create(cfg);
+  auto rt = troupe::Runtime::create(cfg).value();
   auto store = rt.spawn<WeightStore>(troupe::Options{});
   troupe::SubscriberOptions opts;
   opts.device = 0;
@@ -276,7 +276,7 @@ TEST_CASE("weights on a GPU: a worker's device mirror reaches other processes by
 
 TEST_CASE("weights in an NCCL group: a store with no device mirror, a member with no device and bad times are refused") {
   troupe::RuntimeConfig cfg;
-  auto rt = troupe::Runtime::create(cfg);
+  auto rt = troupe::Runtime::create(cfg).value();
   auto store = rt.spawn<WeightStore>(troupe::Options{});
   auto seat = store.call(&WeightStore::group_join, std::string("g"), std::int32_t(2), std::string("m"),
                          std::int64_t(1000), std::int64_t(1000)).result();
@@ -315,7 +315,7 @@ TEST_CASE("weights in an NCCL group: each version broadcast to every member GPU,
   if (devices == 0) TROUPE_SKIP("no CUDA device here (" + why + "); NCCL groups are checked on GPU machines");
   if (!gpu::NcclBroadcaster::available(&why)) {   // a CUDA machine without libnccl.so.2 on the loader's path
     troupe::RuntimeConfig cfg;
-    auto rt = troupe::Runtime::create(cfg);
+    auto rt = troupe::Runtime::create(cfg).value();
     auto store = rt.spawn<WeightStore>(troupe::Options{}, on_device(0));
     troupe::SubscriberOptions opts;
     opts.device = 0;

@@ -55,7 +55,7 @@ bool same_weights(const troupe::actors::Weights& a, const troupe::actors::Weight
 }  // namespace
 
 TEST_CASE("a short seeded GRPO run on one-digit addition raises its reward within 50 steps") {
-  auto rt = troupe::Runtime::create();
+  auto rt = troupe::Runtime::create().value();
   auto config = tiny("troupe_grpo_learns");
   Grpo grpo(rt, config);
   grpo.warm_start();
@@ -72,7 +72,7 @@ TEST_CASE("a short seeded GRPO run on one-digit addition raises its reward withi
 }
 
 TEST_CASE("a resumed run takes the same steps as an uninterrupted one (RL-2)") {
-  auto rt = troupe::Runtime::create();
+  auto rt = troupe::Runtime::create().value();
   auto straight = tiny("troupe_grpo_straight");
   straight.steps = 4;
   straight.sft.steps = 10;
@@ -122,7 +122,7 @@ TEST_CASE("a resumed run takes the same steps as an uninterrupted one (RL-2)") {
 }
 
 TEST_CASE("resuming from a directory without a checkpoint says so") {
-  auto rt = troupe::Runtime::create();
+  auto rt = troupe::Runtime::create().value();
   auto config = tiny("troupe_grpo_empty");
   Grpo grpo(rt, config);
   CHECK_FALSE(grpo.resume());

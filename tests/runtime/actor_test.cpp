@@ -30,7 +30,7 @@ using namespace std::chrono_literals;
 using troupe::ErrorCode;
 
 namespace {
-troupe::Runtime make_runtime() { return troupe::Runtime::create(troupe::RuntimeConfig{}); }
+troupe::Runtime make_runtime() { return troupe::Runtime::create(troupe::RuntimeConfig{}).value(); }
 }  // namespace
 
 TEST_CASE("a call returns the method's result") {

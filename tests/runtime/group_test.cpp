@@ -25,7 +25,7 @@ struct Shard {
 TROUPE_ACTOR(Shard, set_rank, sum, noop, slow_rank);
 
 TEST_CASE("call_all answers with one result per member, in member order") {
-  auto rt = troupe::Runtime::create();
+  auto rt = troupe::Runtime::create().value();
   auto g = rt.spawn_group<Shard>(4, troupe::Options{});
   REQUIRE(g.size() == 4);
   std::vector<troupe::Future<int>> fs;
@@ -37,7 +37,7 @@ TEST_CASE("call_all answers with one result per member, in member order") {
 }
 
 TEST_CASE("scatter sends shard i to member i") {
-  auto rt = troupe::Runtime::create();
+  auto rt = troupe::Runtime::create().value();
   auto g = rt.spawn_group<Shard>(3, troupe::Options{});
   auto sums = g.scatter(&Shard::sum, std::vector<std::vector<int>>{{1}, {2, 2}, {3, 3, 3}}).get();
   CHECK(sums == std::vector<int>{-999, -996, -991});
@@ -46,7 +46,7 @@ TEST_CASE("scatter sends shard i to member i") {
 }
 
 TEST_CASE("a group call fails when one member is dead") {
-  auto rt = troupe::Runtime::create();
+  auto rt = troupe::Runtime::create().value();
   auto g = rt.spawn_group<Shard>(3, troupe::Options{});
   rt.kill(g[1]);
   auto r = g.call_all(&Shard::set_rank, 1).result();
@@ -54,7 +54,7 @@ TEST_CASE("a group call fails when one member is dead") {
 }
 
 TEST_CASE("call_balanced sends work to the member with the least outstanding cost") {
-  auto rt = troupe::Runtime::create();
+  auto rt = troupe::Runtime::create().value();
   auto g = rt.spawn_group<Shard>(2, troupe::Options{});
   g[0].call(&Shard::set_rank, 0).get();
   g[1].call(&Shard::set_rank, 1).get();

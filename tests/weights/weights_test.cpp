@@ -79,7 +79,7 @@ TEST_CASE("weight publisher: publish copies once, versions increase, a version i
 }
 
 TEST_CASE("weight store in-process: a subscriber takes the publisher's version with no copy") {
-  auto rt = troupe::Runtime::create();
+  auto rt = troupe::Runtime::create().value();
   auto store = rt.spawn<troupe::WeightStore>(troupe::Options{});
   auto src = model(1.0f);
   CHECK(store.call(&troupe::WeightStore::publish, std::uint64_t(7), src).get() != 0);
@@ -100,7 +100,7 @@ TEST_CASE("weight store in-process: a subscriber takes the publisher's version w
 }
 
 TEST_CASE("weight subscriber: the swap is atomic for concurrent readers, who keep their version alive") {
-  auto rt = troupe::Runtime::create();
+  auto rt = troupe::Runtime::create().value();
   auto store = rt.spawn<troupe::WeightStore>(troupe::Options{});
   troupe::WeightSubscriber sub(store);
   std::atomic<bool> stop{false};
@@ -136,7 +136,7 @@ TEST_CASE("weight subscriber: the swap is atomic for concurrent readers, who kee
 }
 
 TEST_CASE("weight copy path: bytes and checksum survive, a corrupted transfer is refused (WS-1)") {
-  auto rt = troupe::Runtime::create();
+  auto rt = troupe::Runtime::create().value();
   auto store = rt.spawn<troupe::WeightStore>(troupe::Options{});
   auto src = model(1.0f);
   store.call(&troupe::WeightStore::publish, std::uint64_t(1), src).get();
@@ -165,7 +165,7 @@ TEST_CASE("weight copy path: bytes and checksum survive, a corrupted transfer is
 }
 
 TEST_CASE("weight mapped path: the version is read in place, held while mapped, and verified on request") {
-  auto rt = troupe::Runtime::create();
+  auto rt = troupe::Runtime::create().value();
   auto store = rt.spawn<troupe::WeightStore>(troupe::Options{});
   auto src = model(3.0f);
   auto sum = store.call(&troupe::WeightStore::publish, std::uint64_t(1), src).get();
@@ -205,7 +205,7 @@ TEST_CASE("weight mapped path: the version is read in place, held while mapped, 
 
 TEST_CASE("weight wire compression: bf16 and int8-per-row stay within their stated bounds") {
   for (auto c : {troupe::WireCompression::BF16, troupe::WireCompression::Int8Row}) {
-    auto rt = troupe::Runtime::create();
+    auto rt = troupe::Runtime::create().value();
     troupe::PublisherOptions po;
     po.compression = c;
     auto store = rt.spawn<troupe::WeightStore>(troupe::Options{}, po);
@@ -243,7 +243,7 @@ TEST_CASE("weight device path: a device the build or machine lacks is refused") 
   troupe::PublisherOptions missing;
   missing.device = devices;   // one past the last device there is
   CHECK_THROWS_WITH_AS(troupe::WeightPublisher{missing}, doctest::Contains("device"), std::invalid_argument);
-  auto rt = troupe::Runtime::create();
+  auto rt = troupe::Runtime::create().value();
   auto host_store = rt.spawn<troupe::WeightStore>(troupe::Options{});
   troupe::SubscriberOptions want;
   want.device = devices;
@@ -254,7 +254,7 @@ TEST_CASE("weight device path: on a GPU, pulled sets land on it with the publish
   namespace gpu = troupe::detail::weights::gpu;
   std::string why;
   if (gpu::device_count(&why) == 0) TROUPE_SKIP("no CUDA device here (" + why + "); checked on a GPU machine");
-  auto rt = troupe::Runtime::create();
+  auto rt = troupe::Runtime::create().value();
   // A publisher mirrored on device 0; subscribers in this process take the mirror without a copy,
   // or (allow_local = false: CUDA IPC cannot open a handle in its own process) pull to host and
   // upload. Either way the bytes on the device are the published ones.

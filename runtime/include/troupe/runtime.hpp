@@ -81,8 +81,11 @@ class PlacementGroup {
 
 class Runtime {
  public:
-  // Starts a runtime. Only one may be live per process at a time (throws std::logic_error).
-  static Runtime create(RuntimeConfig config = {});
+  // Starts a runtime. With RuntimeConfig::address it joins that cluster now: the head's refusal
+  // (a wrong or missing token) or its absence is the error value (ErrorCode::Unavailable).
+  // Without one, the embedded head and node start when first needed. Only one runtime may be
+  // live per process at a time (throws std::logic_error).
+  static Result<Runtime> create(RuntimeConfig config = {});
 
   Runtime(Runtime&&) noexcept;
   Runtime& operator=(Runtime&&) noexcept;
@@ -116,9 +119,9 @@ class Runtime {
   PlacementGroup placement_group(const std::vector<std::string>& bundles, const std::string& strategy = "PACK",
                                  const std::string& name = "", bool lifetime_detached = false);
 
-  // Joins the cluster now (RuntimeConfig::address; without one, starts the embedded head and
-  // node): the head's refusal (a wrong or missing token) or its absence comes back as an error
-  // value (ErrorCode::Unavailable) instead of at the first spawn. Idempotent once it succeeded.
+  // Joins the cluster now (without RuntimeConfig::address: starts the embedded head and node):
+  // its failure comes back as an error value (ErrorCode::Unavailable) instead of at the first
+  // spawn. Idempotent once it succeeded; create() has done it for a runtime with an address.
   Status connect();
 
   // Stops every actor (their calls fail with ActorDied), then joins all threads. Idempotent.
