@@ -165,6 +165,23 @@ void check_advantages() {
   record("group_advantages", err, 2e-5, time_us([&] { (void)tk::cuda::group_advantages(ds.p, groups, g, da.p); }), groups * g * 8.0);
 }
 
+void check_gae() {
+  const int64_t rows = 512, tokens = 1024;   // a PPO batch: 512 responses of 1024 tokens
+  const size_t n = size_t(rows * tokens);
+  auto r = randn(n, 0.3f, 11), v = randn(n, 1.0f, 12);
+  auto mask = random_mask(n, 13);
+  const tk::GaeOptions o{0.99f, 0.95f};
+  std::vector<float> adv(n), ret(n);
+  must(tk::gae(r.data(), v.data(), mask.data(), rows, tokens, adv.data(), ret.data(), o), "cpu gae");
+  Dev<float> dr(r), dv(v), dadv(n), dret(n);
+  Dev<uint8_t> dm(mask);
+  must(tk::cuda::gae(dr.p, dv.p, dm.p, rows, tokens, dadv.p, dret.p, o), "cuda gae");
+  CK(cudaDeviceSynchronize());
+  const double err = std::max(max_rel(dadv.host(), adv), max_rel(dret.host(), ret));
+  record("gae", err, 1e-5, time_us([&] { (void)tk::cuda::gae(dr.p, dv.p, dm.p, rows, tokens, dadv.p, dret.p, o); }),
+         double(n) * (4 + 4 + 1 + 4 + 4));
+}
+
 void check_kl() {
   const int64_t n = 4096 * 4096;
   auto lp = randn(static_cast<size_t>(n), 1.0f, 3), ref = lp;
@@ -280,6 +297,7 @@ int main(int argc, char** argv) {
               prop.multiProcessorCount, g_bw / 1e9);
   check_logprob();
   check_advantages();
+  check_gae();
   check_kl();
   check_policy_loss();
   check_bucket(tk::WireFormat::kBF16, "bucket_bf16");

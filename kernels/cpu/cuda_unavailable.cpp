@@ -33,6 +33,10 @@ Status kl_penalty(const float*, const float*, const std::uint8_t*, std::int64_t,
                   const KlOptions&, Stream) {
   return unavailable();
 }
+Status gae(const float*, const float*, const std::uint8_t*, std::int64_t, std::int64_t, float*, float*,
+           const GaeOptions&, Stream) {
+  return unavailable();
+}
 Status policy_loss(const float*, const float*, const float*, const std::uint8_t*, std::int64_t,
                    std::int64_t, float*, float*, float*, const PolicyLossOptions&, Stream) {
   return unavailable();

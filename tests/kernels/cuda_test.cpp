@@ -18,6 +18,9 @@ TEST_CASE("without a usable CUDA device the CUDA entry points say so and touch n
   CHECK(tk::cuda::logprob_gather(&x, 1, 1, &tok, &out).error().code == tk::KernelCode::Unavailable);
   CHECK(tk::cuda::group_advantages(&x, 1, 1, &out).error().code == tk::KernelCode::Unavailable);
   CHECK(tk::cuda::kl_penalty(&x, &x, nullptr, 1, &out).error().code == tk::KernelCode::Unavailable);
+  float ret = troupe::kernels::testing::kNaN;
+  CHECK(tk::cuda::gae(&x, &x, nullptr, 1, 1, &out, &ret).error().code == tk::KernelCode::Unavailable);
+  CHECK(std::isnan(ret));
   float loss = 0.0f;
   CHECK(tk::cuda::policy_loss(&x, &x, &x, nullptr, 1, 1, &loss, &out).error().code == tk::KernelCode::Unavailable);
   CHECK(std::isnan(out));

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "troupe/kernels/advantage.hpp"
+#include "troupe/kernels/gae.hpp"
 #include "troupe/kernels/kl.hpp"
 #include "troupe/kernels/logprob.hpp"
 #include "troupe/kernels/policy_loss.hpp"
@@ -28,6 +29,15 @@ inline Status check_advantages(const float* scores, std::int64_t groups, std::in
   if (groups < 0 || group_size < 1) return bad("group_advantages: need groups >= 0, G >= 1");
   if (!(o.epsilon >= 0.0f)) return bad("group_advantages: epsilon must be >= 0");
   if (groups > 0 && (!scores || !advantages)) return bad("group_advantages: null pointer");
+  return {};
+}
+
+inline Status check_gae(const float* rewards, const float* values, std::int64_t rows, std::int64_t tokens,
+                        const float* advantages, const float* returns, const GaeOptions& o) {
+  if (rows < 0 || tokens < 0) return bad("gae: negative size");
+  if (!(o.gamma >= 0.0f && o.gamma <= 1.0f)) return bad("gae: gamma must be in [0, 1]");
+  if (!(o.lambda >= 0.0f && o.lambda <= 1.0f)) return bad("gae: lambda must be in [0, 1]");
+  if (rows > 0 && tokens > 0 && (!rewards || !values || !advantages || !returns)) return bad("gae: null pointer");
   return {};
 }
 

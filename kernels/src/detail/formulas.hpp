@@ -20,6 +20,25 @@ inline constexpr float kLogRatioClampPpo = 20.0f;  // PPO: |logp - old_logp| cla
 
 TROUPE_HD float clampf(float x, float lo, float hi) { return x < lo ? lo : (x > hi ? hi : x); }
 
+// One row of gae: the reverse scan over `tokens` (see gae.hpp), the same on the CPU and the GPU.
+TROUPE_HD void gae_row(const float* r, const float* v, const std::uint8_t* m, std::int64_t tokens, double gamma,
+                       double gamma_lambda, float* adv, float* ret) {
+  double next_value = 0.0, next_adv = 0.0;
+  for (std::int64_t t = tokens - 1; t >= 0; --t) {
+    if (m != nullptr && m[t] == 0) {
+      adv[t] = 0.0f;
+      ret[t] = 0.0f;
+      continue;
+    }
+    const double value = v[t];
+    const double a = double(r[t]) + gamma * next_value - value + gamma_lambda * next_adv;
+    adv[t] = float(a);
+    ret[t] = float(a + value);
+    next_value = value;
+    next_adv = a;
+  }
+}
+
 // One group of group_advantages: writes the G advantages of `s` into `a` and returns the group's
 // mean and std through `mean_out`, `std_out`. `denom` is G-1 (unbiased) or G. A group of one has no
 // peer: its advantage is 0 even when epsilon is 0.

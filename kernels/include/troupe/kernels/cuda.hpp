@@ -13,6 +13,7 @@
 
 #include "troupe/kernels/advantage.hpp"
 #include "troupe/kernels/bucket.hpp"
+#include "troupe/kernels/gae.hpp"
 #include "troupe/kernels/kl.hpp"
 #include "troupe/kernels/logprob.hpp"
 #include "troupe/kernels/policy_loss.hpp"
@@ -38,6 +39,11 @@ Status group_advantages(const float* scores, std::int64_t groups, std::int64_t g
 Status kl_penalty(const float* logp, const float* ref_logp, const std::uint8_t* mask,
                   std::int64_t n, float* kl, const KlOptions& options = {},
                   Stream stream = nullptr);
+
+// One thread per row scans its tokens back to front (the recursion is sequential along a row).
+Status gae(const float* rewards, const float* values, const std::uint8_t* mask, std::int64_t rows,
+           std::int64_t tokens, float* advantages, float* returns, const GaeOptions& options = {},
+           Stream stream = nullptr);
 
 // Uses a small stream-ordered scratch allocation (cudaMallocAsync) of O(rows) bytes.
 Status policy_loss(const float* logp, const float* old_logp, const float* advantages,

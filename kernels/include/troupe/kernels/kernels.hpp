@@ -3,6 +3,7 @@
 #include "troupe/kernels/advantage.hpp"
 #include "troupe/kernels/bucket.hpp"
 #include "troupe/kernels/cuda.hpp"
+#include "troupe/kernels/gae.hpp"
 #include "troupe/kernels/kl.hpp"
 #include "troupe/kernels/logprob.hpp"
 #include "troupe/kernels/policy_loss.hpp"
