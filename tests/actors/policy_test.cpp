@@ -4,6 +4,8 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include "support/doctest_after_torch.hpp"   // ATen redefines CHECK
+
 #include "troupe/actors/generate.hpp"
 #include "troupe/actors/optimizer.hpp"
 #include "troupe/actors/policy.hpp"
