@@ -75,7 +75,54 @@ actors::ObjectiveOutput grpo_objective(const actors::ObjectiveInput& in) {
 void register_grpo_objective() { actors::register_objective("grpo", &grpo_objective); }
 
 namespace {
-const bool kRegistered = (register_grpo_objective(), true);
+
+// Row pairs of x [2K, ...]: (chosen rows, rejected rows).
+std::pair<at::Tensor, at::Tensor> pairs_of(const at::Tensor& x, const char* who) {
+  if (x.dim() < 1 || x.size(0) % 2 != 0) {
+    throw std::invalid_argument(std::string(who) + ": rows come in (chosen, rejected) pairs: an even count, not " +
+                                std::to_string(x.dim() < 1 ? 0 : x.size(0)));
+  }
+  return {x.slice(0, 0, x.size(0), 2), x.slice(0, 1, x.size(0), 2)};
+}
+
+}  // namespace
+
+PreferenceLoss preference_loss(const at::Tensor& logp, const at::Tensor& mask, const at::Tensor& ref_seq_logp,
+                               double beta, bool ipo) {
+  if (logp.dim() != 2 || mask.sizes() != logp.sizes() || ref_seq_logp.dim() != 1 || ref_seq_logp.size(0) != logp.size(0)) {
+    throw std::invalid_argument("preference_loss: logp and mask [n, T], ref_seq_logp [n]");
+  }
+  if (!(beta > 0)) throw std::invalid_argument("preference_loss: beta must be > 0");
+  auto seq = (logp * mask.to(logp.scalar_type())).sum(1) - ref_seq_logp.to(logp.scalar_type());
+  auto [chosen, rejected] = pairs_of(seq, "preference_loss");
+  auto h = chosen - rejected;
+  PreferenceLoss out;
+  out.loss = ipo ? (h - 1.0 / (2.0 * beta)).pow(2).mean() : -at::log_sigmoid(beta * h).mean();
+  auto hd = h.detach();
+  out.reward_accuracy = hd.gt(0).to(at::kFloat).mean().item<double>();
+  out.reward_margin = (beta * hd).mean().item<double>();
+  return out;
+}
+
+actors::ObjectiveOutput dpo_objective(const actors::ObjectiveInput& in) {
+  auto it = in.inputs.find("ref_seq_logp");
+  if (it == in.inputs.end()) throw std::invalid_argument("dpo objective: missing input 'ref_seq_logp'");
+  auto pl = preference_loss(in.logp, in.loss_mask, it->second, actors::option_or(in.options, "beta", 0.1),
+                            actors::option_or(in.options, "ipo", 0.0) != 0.0);
+  actors::ObjectiveOutput out;
+  out.loss = pl.loss;
+  out.metrics["reward_accuracy"] = pl.reward_accuracy;
+  out.metrics["reward_margin"] = pl.reward_margin;
+  return out;
+}
+
+at::Tensor bradley_terry_loss(const at::Tensor& scores, double margin) {
+  auto [chosen, rejected] = pairs_of(scores.reshape({-1}), "bradley_terry_loss");
+  return -at::log_sigmoid(chosen - rejected - margin).mean();
+}
+
+namespace {
+const bool kRegistered = (register_grpo_objective(), actors::register_objective("dpo", &dpo_objective), true);
 }  // namespace
 
 }  // namespace troupe::rl

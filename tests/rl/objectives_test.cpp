@@ -4,6 +4,8 @@
 
 #include <ATen/ATen.h>
 
+#include "support/doctest_after_torch.hpp"   // ATen redefines CHECK
+
 #include <cmath>
 
 #include "troupe/rl/advantages.hpp"
@@ -114,4 +116,55 @@ TEST_CASE("at ratio 1 the GRPO gradient is the advantage-weighted log-likelihood
   CHECK(logp.grad()[0][0].item<float>() == doctest::Approx(-2.0 / (2 * 2)));
   CHECK(logp.grad()[1][0].item<float>() == doctest::Approx(1.0 / (2 * 1)));
   CHECK(pl.loss.item<float>() == doctest::Approx(-(2.0 - 1.0) / 2));
+}
+
+TEST_CASE("DPO and IPO losses and their gradients match hand-computed values") {
+  // One pair. Chosen: logp -1, -2 (both valid) -> s = -3, ref -4; rejected: -2, (-2 masked) -> s = -2,
+  // ref -1. h = (-3 + 4) - (-2 + 1) = 2.
+  auto logp = t2({-1, -2, -2, -2}, 2).requires_grad_(true);
+  auto mask = mask2({1, 1, 1, 0}, 2);
+  auto ref = at::tensor({-4.0f, -1.0f});
+  // DPO, beta 0.5: -log sigmoid(1) = log(1 + e^-1) = 0.313262; d/dh = -beta sigmoid(-1) = -0.134471,
+  // so -0.134471 on each chosen token, +0.134471 on the rejected valid token, 0 off the mask.
+  auto dpo = preference_loss(logp, mask, ref, 0.5, false);
+  CHECK(dpo.loss.item<float>() == doctest::Approx(0.313262).epsilon(1e-5));
+  CHECK(dpo.reward_accuracy == doctest::Approx(1.0));
+  CHECK(dpo.reward_margin == doctest::Approx(1.0));
+  dpo.loss.backward();
+  auto g = logp.grad().clone();
+  CHECK(g[0][0].item<float>() == doctest::Approx(-0.134471).epsilon(1e-5));
+  CHECK(g[0][1].item<float>() == doctest::Approx(-0.134471).epsilon(1e-5));
+  CHECK(g[1][0].item<float>() == doctest::Approx(0.134471).epsilon(1e-5));
+  CHECK(g[1][1].item<float>() == 0.0f);
+  // IPO, beta 0.5: (h - 1)^2 = 1; d/dh = 2 (h - 1) = 2.
+  logp.grad().zero_();
+  auto ipo = preference_loss(logp, mask, ref, 0.5, true);
+  CHECK(ipo.loss.item<float>() == doctest::Approx(1.0));
+  ipo.loss.backward();
+  CHECK(logp.grad()[0][0].item<float>() == doctest::Approx(2.0));
+  CHECK(logp.grad()[1][0].item<float>() == doctest::Approx(-2.0));
+  CHECK(logp.grad()[1][1].item<float>() == 0.0f);
+  // By name, through the Trainer's interface; an odd row count or a missing input is refused.
+  troupe::actors::ObjectiveInput in{logp, mask, {{"ref_seq_logp", ref}}, {{"beta", 0.5}}};
+  auto out = troupe::actors::find_objective("dpo")(in);
+  CHECK(out.loss.item<float>() == doctest::Approx(0.313262).epsilon(1e-5));
+  CHECK(out.metrics.at("reward_accuracy") == doctest::Approx(1.0));
+  CHECK_THROWS_AS(troupe::actors::find_objective("dpo")(troupe::actors::ObjectiveInput{logp, mask, {}, {}}),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(preference_loss(t2({-1, -2, -3}, 3), mask2({1, 1, 1}, 3), at::tensor({0.f, 0.f, 0.f}), 0.5, false),
+                  std::invalid_argument);
+}
+
+TEST_CASE("the Bradley-Terry loss and its gradient match hand-computed values, with and without a margin") {
+  auto scores = at::tensor({2.0f, 0.5f, 0.0f, 1.0f}).requires_grad_(true);
+  // Pair 0: d = 1.5 -> log(1 + e^-1.5) = 0.201413; pair 1: d = -1 -> log(1 + e) = 1.313262; mean 0.757338.
+  auto loss = bradley_terry_loss(scores);
+  CHECK(loss.item<float>() == doctest::Approx(0.757338).epsilon(1e-5));
+  loss.backward();
+  // d/d chosen = -sigmoid(-d) / 2 (the mean over 2 pairs): -0.091213 and -0.365529; rejected: the opposite.
+  CHECK(scores.grad()[0].item<float>() == doctest::Approx(-0.091213).epsilon(1e-4));
+  CHECK(scores.grad()[1].item<float>() == doctest::Approx(0.091213).epsilon(1e-4));
+  CHECK(scores.grad()[2].item<float>() == doctest::Approx(-0.365529).epsilon(1e-4));
+  CHECK(bradley_terry_loss(at::tensor({2.0f, 0.5f}), 1.0).item<float>() == doctest::Approx(0.474077).epsilon(1e-5));
+  CHECK_THROWS_AS(bradley_terry_loss(at::tensor({1.0f, 2.0f, 3.0f})), std::invalid_argument);
 }

@@ -38,4 +38,31 @@ actors::ObjectiveOutput grpo_objective(const actors::ObjectiveInput& in);
 // Registers grpo_objective as "grpo" (also done at static initialisation; calling it is harmless).
 void register_grpo_objective();
 
+// Preference losses over pairs: rows come in pairs, row 2k the chosen response to prompt k and row
+// 2k+1 the rejected one (a micro-batch never splits a pair). s = sum_t mask * logp is a response's
+// log-likelihood, ref_seq_logp [n] the reference policy's, and
+//   h_k = (s_chosen - ref_chosen) - (s_rejected - ref_rejected)
+// DPO (Rafailov et al. 2023, arXiv:2305.18290, eq. 7):  l_k = -log sigmoid(beta * h_k)
+// IPO (Azar et al. 2023, arXiv:2310.12036, eq. 17):     l_k = (h_k - 1 / (2 beta))^2
+// loss = the mean over pairs (so also over rows), differentiable in logp [n, T]; mask [n, T] bool.
+// Throws std::invalid_argument for an odd row count or shapes that disagree.
+struct PreferenceLoss {
+  at::Tensor loss;               // scalar
+  double reward_accuracy = 0;    // share of pairs with h > 0 (the implicit reward prefers the chosen)
+  double reward_margin = 0;      // mean of beta * h
+};
+PreferenceLoss preference_loss(const at::Tensor& logp, const at::Tensor& mask, const at::Tensor& ref_seq_logp,
+                               double beta, bool ipo);
+
+// The DPO objective for the Trainer: preference_loss. inputs: "ref_seq_logp" [n]; options: "beta"
+// (0.1), "ipo" (0: DPO, 1: IPO). Metrics: reward_accuracy, reward_margin. Registered as "dpo".
+actors::ObjectiveOutput dpo_objective(const actors::ObjectiveInput& in);
+
+// Bradley-Terry loss of a reward model (Bradley and Terry 1952; Ouyang et al. 2022,
+// arXiv:2203.02155, eq. 1, with the optional margin of Touvron et al. 2023, arXiv:2307.09288,
+// eq. 2): scores [2K] with each pair's chosen then rejected adjacent,
+//   l_k = -log sigmoid(score_chosen - score_rejected - margin),  loss = mean over pairs.
+// Differentiable in scores. Throws std::invalid_argument for an odd count.
+at::Tensor bradley_terry_loss(const at::Tensor& scores, double margin = 0.0);
+
 }  // namespace troupe::rl
