@@ -1,5 +1,6 @@
 #include "troupe/rl/advantages.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -8,6 +9,7 @@
 #include "troupe/kernels/advantage.hpp"
 #include "troupe/kernels/gae.hpp"
 #include "troupe/named_registry.hpp"
+#include "troupe/rl/kl_controller.hpp"
 
 namespace troupe::rl {
 
@@ -133,6 +135,21 @@ AdvantageOutput gae_advantages(const AdvantageInput& in) {
   if (!st.ok()) throw std::invalid_argument("gae: " + st.error().message);
   if (option(in, "whiten", 1.0) != 0.0) whiten(out.advantages, 1e-8, in.mask.empty() ? nullptr : &in.mask);
   return out;
+}
+
+KlController::KlController(double initial_coef, double target_kl, double horizon)
+    : coef_(initial_coef), target_(target_kl), horizon_(horizon) {
+  if (!(initial_coef >= 0.0) || !(horizon > 0.0)) {
+    throw std::invalid_argument("KlController: need a coefficient >= 0 and a horizon > 0");
+  }
+}
+
+double KlController::update(double measured_kl, std::int64_t n_steps) {
+  if (n_steps < 0 || !std::isfinite(measured_kl)) throw std::invalid_argument("KlController: n_steps >= 0 and a finite kl");
+  if (target_ <= 0.0) return coef_;
+  const double error = std::clamp(measured_kl / target_ - 1.0, -0.2, 0.2);
+  coef_ *= 1.0 + error * double(n_steps) / horizon_;
+  return coef_;
 }
 
 TROUPE_ADVANTAGE_ESTIMATOR("grpo", grpo_advantages);

@@ -74,6 +74,27 @@ actors::ObjectiveOutput grpo_objective(const actors::ObjectiveInput& in) {
 
 void register_grpo_objective() { actors::register_objective("grpo", &grpo_objective); }
 
+ValueLoss clipped_value_loss(const at::Tensor& values, const at::Tensor& old_values, const at::Tensor& returns,
+                             const at::Tensor& mask, double clip) {
+  if (values.dim() != 2 || old_values.sizes() != values.sizes() || returns.sizes() != values.sizes() ||
+      mask.sizes() != values.sizes()) {
+    throw std::invalid_argument("clipped_value_loss: values, old_values, returns and mask must all be [n, T]");
+  }
+  auto plain = (values - returns).pow(2);
+  ValueLoss out;
+  if (clip <= 0) {
+    out.loss = actors::seq_mean_token_mean(0.5 * plain, mask);
+    return out;
+  }
+  auto clipped_v = old_values + (values - old_values).clamp(-clip, clip);
+  auto clipped = (clipped_v - returns).pow(2);
+  out.loss = actors::seq_mean_token_mean(0.5 * at::max(plain, clipped), mask);
+  auto m = mask.to(at::kBool);
+  const double valid = m.sum().item<double>();
+  out.clip_fraction = valid > 0 ? (clipped.detach().gt(plain.detach()).logical_and(m)).sum().item<double>() / valid : 0.0;
+  return out;
+}
+
 namespace {
 
 // Row pairs of x [2K, ...]: (chosen rows, rejected rows).

@@ -1,6 +1,7 @@
 // The advantage estimators by name: hand-computed values, the registry, and a user's own
 // estimator registered with the macro (as examples/ and user programs do).
 #include "troupe/rl/advantages.hpp"
+#include "troupe/rl/kl_controller.hpp"
 
 #include <cmath>
 #include <stdexcept>
@@ -95,4 +96,19 @@ TEST_CASE("advantage estimators: a user's registers by macro, an unknown name is
   } catch (const std::invalid_argument& e) {
     CHECK(std::string(e.what()).find("'nope'") != std::string::npos);
   }
+}
+
+TEST_CASE("the adaptive KL controller moves the coefficient toward the target, clipped, and a fixed one stays") {
+  KlController adaptive(0.1, /*target_kl=*/6.0, /*horizon=*/10000.0);
+  // kl 12: error clip(1, -0.2, 0.2) = 0.2 -> 0.1 * (1 + 0.2 * 256 / 10000) = 0.1005120.
+  CHECK(adaptive.update(12.0, 256) == doctest::Approx(0.100512));
+  // kl 4.5: error -0.25 -> -0.2 -> * (1 - 0.2 * 256 / 10000).
+  CHECK(adaptive.update(4.5, 256) == doctest::Approx(0.100512 * (1 - 0.00512)));
+  // kl 6.3: error 0.05 -> * (1 + 0.05 * 1000 / 10000).
+  const double before = adaptive.value();
+  CHECK(adaptive.update(6.3, 1000) == doctest::Approx(before * 1.005));
+  KlController fixed(0.04);
+  CHECK(fixed.update(100.0, 1000) == doctest::Approx(0.04));
+  CHECK_THROWS_AS(adaptive.update(std::nan(""), 1), std::invalid_argument);
+  CHECK_THROWS_AS(KlController(-1.0), std::invalid_argument);
 }

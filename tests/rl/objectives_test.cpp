@@ -168,3 +168,22 @@ TEST_CASE("the Bradley-Terry loss and its gradient match hand-computed values, w
   CHECK(bradley_terry_loss(at::tensor({2.0f, 0.5f}), 1.0).item<float>() == doctest::Approx(0.474077).epsilon(1e-5));
   CHECK_THROWS_AS(bradley_terry_loss(at::tensor({1.0f, 2.0f, 3.0f})), std::invalid_argument);
 }
+
+TEST_CASE("the clipped value loss matches hand-computed values and gradients") {
+  // Token 0: v 1.5, old 1.0, R 2.0, clip 0.2 -> v_clip 1.2: max(0.25, 0.64) = 0.64 (clipped: no gradient).
+  // Token 1: v 0.0, old 0.1, R 1.0 -> v_clip 0.0: max(1, 1) = 1, the unclipped term's gradient v - R = -1.
+  // Token 2 masked. Row mean 0.5 * (0.64 + 1) / 2 = 0.41; the gradient on token 1 is 0.5 * 2 (v - R) / 2 = -0.5.
+  auto v = t2({1.5f, 0.0f, 7.0f}, 1).requires_grad_(true);
+  auto old = t2({1.0f, 0.1f, 0.0f}, 1), ret = t2({2.0f, 1.0f, 0.0f}, 1);
+  auto mask = mask2({1, 1, 0}, 1);
+  auto vl = clipped_value_loss(v, old, ret, mask, 0.2);
+  CHECK(vl.loss.item<float>() == doctest::Approx(0.41).epsilon(1e-5));
+  CHECK(vl.clip_fraction == doctest::Approx(0.5));
+  vl.loss.backward();
+  CHECK(v.grad()[0][0].item<float>() == doctest::Approx(0.0));
+  CHECK(v.grad()[0][1].item<float>() == doctest::Approx(-0.5).epsilon(1e-5));
+  CHECK(v.grad()[0][2].item<float>() == 0.0f);
+  // Without clipping: 0.5 * (0.25 + 1) / 2 = 0.3125.
+  CHECK(clipped_value_loss(v, old, ret, mask, 0.0).loss.item<float>() == doctest::Approx(0.3125).epsilon(1e-5));
+  CHECK_THROWS_AS(clipped_value_loss(v, old, t2({1.0f, 2.0f}, 1), mask, 0.2), std::invalid_argument);
+}

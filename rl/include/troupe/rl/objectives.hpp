@@ -38,6 +38,19 @@ actors::ObjectiveOutput grpo_objective(const actors::ObjectiveInput& in);
 // Registers grpo_objective as "grpo" (also done at static initialisation; calling it is harmless).
 void register_grpo_objective();
 
+// PPO's clipped value loss (the critic's; Schulman et al. 2017's baselines code, as OpenRLHF and
+// verl use it): with v_clip = old_values + clamp(values - old_values, -clip, clip),
+//   l_t = 0.5 * max((values_t - returns_t)^2, (v_clip_t - returns_t)^2)
+// aggregated seq-mean-token-mean over mask. values [n, T] (differentiable), old_values and returns
+// [n, T], mask [n, T] bool. clip <= 0: no clipping (the plain squared error). Metric-friendly
+// clip_fraction: the share of valid tokens where the clipped term is the larger.
+struct ValueLoss {
+  at::Tensor loss;
+  double clip_fraction = 0;
+};
+ValueLoss clipped_value_loss(const at::Tensor& values, const at::Tensor& old_values, const at::Tensor& returns,
+                             const at::Tensor& mask, double clip);
+
 // Preference losses over pairs: rows come in pairs, row 2k the chosen response to prompt k and row
 // 2k+1 the rejected one (a micro-batch never splits a pair). s = sum_t mask * logp is a response's
 // log-likelihood, ref_seq_logp [n] the reference policy's, and
