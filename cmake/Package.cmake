@@ -3,7 +3,7 @@
 #   libtroupe-dev   headers, CMake package, troupe.pc; Depends on troupe and on the -dev packages a
 #                   program built against troupe needs
 #   libtroupe-rl-dev  troupe::rl and the modules under it (static), their headers and CMake file;
-#                   Depends on libtroupe-dev and libtorch-dev
+#                   Depends on libtroupe-dev, libtorch-dev and libtomlplusplus-dev
 # An operator installs `troupe` on every node with apt; a developer adds `libtroupe-dev` (and
 # `libtroupe-rl-dev` to build RL programs).
 set(CPACK_GENERATOR DEB)
@@ -33,7 +33,7 @@ set(CPACK_COMPONENT_DEV_DESCRIPTION "troupe: headers, CMake package and pkg-conf
 
 set(CPACK_DEBIAN_RL_PACKAGE_NAME libtroupe-rl-dev)
 set(CPACK_DEBIAN_RL_PACKAGE_SECTION libdevel)
-set(CPACK_DEBIAN_RL_PACKAGE_DEPENDS "libtroupe-dev (= ${PROJECT_VERSION}), libtorch-dev")
+set(CPACK_DEBIAN_RL_PACKAGE_DEPENDS "libtroupe-dev (= ${PROJECT_VERSION}), libtorch-dev, libtomlplusplus-dev")
 set(CPACK_COMPONENT_RL_DESCRIPTION "troupe: the RL library (troupe::rl, with actors, weights and kernels) on libtorch")
 
 include(CPack)

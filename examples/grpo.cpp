@@ -2,9 +2,12 @@
 // start, then GRPO as an actor graph (trainer, rollout engine, reference, reward) on the embedded
 // cluster. Prints a live progress line on stderr and, as its last stdout line, one JSON object:
 //   {"sft_heldout_acc":..,"final_heldout_acc":..,"steps":..,"seconds":..,"metrics":"..","plot":"..",...}
-// Flags override GrpoConfig::demo(); --troupe-* flags configure the runtime.
+// Settings: GrpoConfig::demo() (also shipped as examples/configs/grpo.toml), then a --config FILE's
+// keys, then each --set KEY=VALUE, then the flags below; --troupe-* flags configure the runtime.
 #include <cmath>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include <malloc.h>
 
@@ -17,8 +20,27 @@ namespace {
 
 troupe::rl::GrpoConfig parse(int argc, char** argv) {
   auto c = troupe::rl::GrpoConfig::demo();
+  std::string config_file;
+  std::vector<std::string> sets;
+  // The file and the --set keys first, so that a flag given too wins over them.
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if ((a == "--config" || a == "--set") && i + 1 < argc) (a == "--config" ? config_file : sets.emplace_back()) = argv[++i];
+    else if (a.rfind("--config=", 0) == 0) config_file = a.substr(9);
+    else if (a.rfind("--set=", 0) == 0) sets.push_back(a.substr(6));
+  }
+  try {
+    auto schema = troupe::rl::grpo_config_schema(c);
+    if (!config_file.empty()) schema.load_file(config_file);
+    for (const auto& s : sets) schema.set(s);
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "grpo: " << e.what() << "\n";
+    std::exit(2);
+  }
   CLI::App app{"GRPO on a verifiable task, on troupe"};
   app.allow_extras();
+  app.add_option("--config", config_file, "a TOML configuration (examples/configs/grpo.toml has every key)");
+  app.add_option("--set", sets, "KEY=VALUE: one key of the configuration, e.g. algo.kl_coef=0.02 (repeatable)");
   app.add_option("--task", c.task, "task spec, e.g. addition:1-3");
   app.add_option("--train-size", c.train_size, "train problems");
   app.add_option("--heldout-size", c.heldout_size, "held-out problems");
@@ -40,18 +62,25 @@ troupe::rl::GrpoConfig parse(int argc, char** argv) {
   app.add_option("--checkpoint-every", c.checkpoint_every, "checkpoint period (steps; 0: at the end)");
   app.add_option("--seed", c.seed, "run seed");
   int threads = c.trainer_threads;
-  app.add_option("--threads", threads, "libtorch intra-op threads of each compute actor");
+  auto* threads_flag = app.add_option("--threads", threads, "libtorch intra-op threads of each compute actor");
   app.add_option("--run-dir", c.run_dir, "output directory (metrics, plot, checkpoints)");
   app.add_flag("--worker-processes", c.worker_processes,
                "trainer + rollout colocated in one worker process, reference and reward in their own");
   app.add_flag("--resume", c.resume, "continue from the newest checkpoint in --run-dir");
   app.add_option("--stop-after", c.stop_after, "stop after this many steps (checkpointed)");
+  bool print_config = false;
+  app.add_flag("--print-config", print_config, "print the resolved configuration (TOML, every key) and exit");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     std::exit(app.exit(e));
   }
-  c.trainer_threads = c.rollout_threads = c.reference_threads = threads;
+  if (threads_flag->count() > 0) c.trainer_threads = c.rollout_threads = c.reference_threads = threads;
+  if (print_config) {
+    std::cout << "# build/bin/grpo's configuration (grpo --print-config); run it with grpo --config FILE\n"
+              << troupe::rl::grpo_config_schema(c).to_toml();
+    std::exit(0);
+  }
   return c;
 }
 

@@ -1,8 +1,11 @@
 #include "troupe/rl/grpo.hpp"
 
+#include "troupe/rl/config.hpp"
+
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <stdexcept>
 
 #include "troupe/actors/tokenizer.hpp"
@@ -75,6 +78,10 @@ Grpo::Grpo(Runtime& rt, GrpoConfig config) : rt_(rt), config_(std::move(config))
   state_.cursor.seed = mix(config_.seed ^ 0xc0ffee);
   config_.run_dir = std::filesystem::absolute(config_.run_dir).string();
   std::filesystem::create_directories(config_.run_dir);
+  {   // the resolved configuration, next to the metrics
+    GrpoConfig resolved = config_;
+    std::ofstream(config_.run_dir + "/config.toml") << grpo_config_schema(resolved).to_toml();
+  }
   spawn_actors();
 }
 

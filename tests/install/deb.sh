@@ -30,7 +30,7 @@ done
 dpkg-deb -c "$runtime_deb" | grep -q '/usr/include/' && { echo "headers in the runtime package" >&2; exit 1; }
 rl_depends=$(dpkg-deb -f "$rl_deb" Depends)
 echo "libtroupe-rl-dev Depends: $rl_depends"
-for dep in "libtroupe-dev (= $version)" libtorch-dev; do
+for dep in "libtroupe-dev (= $version)" libtorch-dev libtomlplusplus-dev; do
   grep -qF "$dep" <<< "$rl_depends" || { echo "libtroupe-rl-dev does not depend on $dep" >&2; exit 1; }
 done
 rl_files=$(dpkg-deb -c "$rl_deb")   # listed whole first: grep -q would close the pipe early

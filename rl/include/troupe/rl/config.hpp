@@ -1,0 +1,49 @@
+// Run configuration as files: a program's settings are named keys ("algo.kl_coef") bound to the
+// fields of its configuration struct, read from a TOML file (toml++), set one by one from the
+// command line ("--set algo.kl_coef=0.02"), and written back resolved (the run dir keeps it next to
+// the metrics). Keys a file does not name keep the values the struct had: the program's demo
+// configuration. Torch-free.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "troupe/rl/grpo.hpp"
+
+namespace troupe::rl {
+
+class ConfigSchema {
+ public:
+  // (std::size_t is std::uint64_t here.)
+  using Field = std::variant<std::string*, bool*, std::int32_t*, std::int64_t*, std::uint64_t*, float*, double*>;
+
+  // Binds `key` (dotted: "part.name") to `field`; `doc` is written above it by to_toml().
+  void add(std::string key, Field field, std::string doc);
+
+  // Applies a TOML document. An unknown key, a value of the wrong type or out of the field's
+  // range, or a syntax error is a std::invalid_argument naming the key and source:line; fields
+  // already applied before the error keep their new values.
+  void load_file(const std::string& path);
+  void load_string(const std::string& text, const std::string& source = "<string>");
+  // "key=value" with the value in TOML syntax; a string may also be given bare ("task.spec=addition:1-2").
+  void set(const std::string& assignment);
+  // Every key with its current value, grouped by part, in the order added: a TOML document that
+  // load_string() reads back to the same values.
+  std::string to_toml() const;
+  std::vector<std::string> keys() const;
+
+ private:
+  struct Entry {
+    std::string key, doc;
+    Field field;
+  };
+  const Entry* find(const std::string& key) const;
+  std::vector<Entry> entries_;
+};
+
+// GrpoConfig's keys, in five parts: task.*, model.*, algo.* (SFT and GRPO), run.*, placement.*.
+ConfigSchema grpo_config_schema(GrpoConfig& config);
+
+}  // namespace troupe::rl

@@ -1,0 +1,207 @@
+#include "troupe/rl/config.hpp"
+
+#include <toml++/toml.h>
+
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+
+namespace troupe::rl {
+
+static_assert(std::is_same_v<std::size_t, std::uint64_t>, "ConfigSchema::Field binds size_t fields as uint64_t");
+
+namespace {
+
+std::string where(const toml::source_region& r, const std::string& fallback) {
+  const std::string file = r.path ? std::string(*r.path) : fallback;
+  return file + ":" + std::to_string(r.begin.line);
+}
+
+template <class Int>
+void put_int(Int* field, std::int64_t v, const std::string& key, const std::string& at) {
+  if (v < std::int64_t(std::numeric_limits<Int>::min()) ||
+      (v > 0 && std::uint64_t(v) > std::uint64_t(std::numeric_limits<Int>::max()))) {
+    throw std::invalid_argument(at + ": " + key + " = " + std::to_string(v) + " is out of range");
+  }
+  *field = Int(v);
+}
+
+// Stores `node` into `field`, or throws naming the key and where it was written.
+void assign(const ConfigSchema::Field& field, const toml::node& node, const std::string& key, const std::string& at) {
+  auto wrong = [&](const char* want) {
+    return std::invalid_argument(at + ": " + key + " must be " + want + ", not a " +
+                                 std::string(toml::impl::node_type_friendly_names[size_t(node.type())]));
+  };
+  std::visit(
+      [&](auto* f) {
+        using T = std::remove_pointer_t<decltype(f)>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          if (!node.is_string()) throw wrong("a string");
+          *f = node.as_string()->get();
+        } else if constexpr (std::is_same_v<T, bool>) {
+          if (!node.is_boolean()) throw wrong("true or false");
+          *f = node.as_boolean()->get();
+        } else if constexpr (std::is_floating_point_v<T>) {
+          if (node.is_floating_point()) *f = T(node.as_floating_point()->get());
+          else if (node.is_integer()) *f = T(node.as_integer()->get());
+          else throw wrong("a number");
+        } else {
+          if (!node.is_integer()) throw wrong("an integer");
+          put_int(f, node.as_integer()->get(), key, at);
+        }
+      },
+      field);
+}
+
+void walk(const toml::table& table, const std::string& prefix, const std::string& source,
+          const std::function<void(const std::string&, const toml::node&, const std::string&)>& leaf) {
+  for (const auto& [k, node] : table) {
+    const std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+    if (const auto* sub = node.as_table()) walk(*sub, key, source, leaf);
+    else leaf(key, node, where(node.source(), source));
+  }
+}
+
+std::string render(const ConfigSchema::Field& field) {
+  return std::visit(
+      [](auto* f) -> std::string {
+        using T = std::remove_pointer_t<decltype(f)>;
+        std::ostringstream out;
+        if constexpr (std::is_same_v<T, std::string>) {
+          out << toml::value<std::string>(*f);
+        } else if constexpr (std::is_same_v<T, bool>) {
+          out << (*f ? "true" : "false");
+        } else if constexpr (std::is_floating_point_v<T>) {
+          char buf[64];
+          const auto r = std::to_chars(buf, buf + sizeof buf, *f);   // the shortest text that reads back exact
+          std::string s(buf, r.ptr);
+          if (s.find_first_of(".eEn") == std::string::npos) s += ".0";   // a TOML float, not an integer (inf, nan pass)
+          return s;
+        } else {
+          out << *f;
+        }
+        return out.str();
+      },
+      field);
+}
+
+}  // namespace
+
+void ConfigSchema::add(std::string key, Field field, std::string doc) {
+  if (key.find('.') == std::string::npos) throw std::logic_error("config key '" + key + "' has no part");
+  entries_.push_back(Entry{std::move(key), std::move(doc), field});
+}
+
+const ConfigSchema::Entry* ConfigSchema::find(const std::string& key) const {
+  for (const auto& e : entries_) {
+    if (e.key == key) return &e;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> ConfigSchema::keys() const {
+  std::vector<std::string> out;
+  for (const auto& e : entries_) out.push_back(e.key);
+  return out;
+}
+
+void ConfigSchema::load_string(const std::string& text, const std::string& source) {
+  toml::table table;
+  try {
+    table = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    throw std::invalid_argument(where(e.source(), source) + ": " + std::string(e.description()));
+  }
+  walk(table, "", source, [&](const std::string& key, const toml::node& node, const std::string& at) {
+    const Entry* e = find(key);
+    if (e == nullptr) throw std::invalid_argument(at + ": unknown key '" + key + "'");
+    assign(e->field, node, key, at);
+  });
+}
+
+void ConfigSchema::load_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument("cannot read the configuration file " + path);
+  std::stringstream text;
+  text << in.rdbuf();
+  load_string(text.str(), path);
+}
+
+void ConfigSchema::set(const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0) throw std::invalid_argument("--set " + assignment + ": expected key=value");
+  const std::string key = assignment.substr(0, eq), value = assignment.substr(eq + 1);
+  const Entry* e = find(key);
+  if (e == nullptr) throw std::invalid_argument("--set: unknown key '" + key + "'");
+  const std::string at = "--set " + key;
+  toml::table parsed;
+  try {
+    parsed = toml::parse("v = " + value, at);
+  } catch (const toml::parse_error&) {
+    if (!std::holds_alternative<std::string*>(e->field)) throw std::invalid_argument(at + ": '" + value + "' is no value");
+    *std::get<std::string*>(e->field) = value;   // a bare string
+    return;
+  }
+  assign(e->field, *parsed.get("v"), key, at);
+}
+
+std::string ConfigSchema::to_toml() const {
+  std::ostringstream out;
+  std::string part;
+  for (const auto& e : entries_) {
+    const auto dot = e.key.find('.');
+    const std::string p = e.key.substr(0, dot), name = e.key.substr(dot + 1);
+    if (p != part) {
+      out << (part.empty() ? "" : "\n") << "[" << p << "]\n";
+      part = p;
+    }
+    if (!e.doc.empty()) out << "# " << e.doc << "\n";
+    out << name << " = " << render(e.field) << "\n";
+  }
+  return out.str();
+}
+
+ConfigSchema grpo_config_schema(GrpoConfig& c) {
+  ConfigSchema s;
+  s.add("task.spec", &c.task, "the verifiable task, e.g. addition:1-3 (operands of 1 to 3 digits)");
+  s.add("task.train_size", &c.train_size, "train problems");
+  s.add("task.heldout_size", &c.heldout_size, "held-out problems (accuracy is measured on them)");
+  s.add("model.context", &c.policy.context, "longest sequence, prompt and answer");
+  s.add("model.layers", &c.policy.layers, "transformer layers");
+  s.add("model.d_model", &c.policy.d_model, "transformer width");
+  s.add("model.heads", &c.policy.heads, "attention heads (divides d_model)");
+  s.add("model.d_ff", &c.policy.d_ff, "feed-forward width; 0: 4 * d_model");
+  s.add("algo.sft_steps", &c.sft.steps, "supervised warm-start steps; 0 skips it");
+  s.add("algo.sft_batch_size", &c.sft.batch_size, "warm-start batch");
+  s.add("algo.sft_lr", &c.sft.optim.lr, "warm-start learning rate");
+  s.add("algo.sft_warmup_steps", &c.sft.optim.warmup_steps, "warm-start learning-rate warm-up");
+  s.add("algo.steps", &c.steps, "RL steps");
+  s.add("algo.prompts_per_step", &c.prompts_per_step, "prompts per step");
+  s.add("algo.group_size", &c.group_size, "samples per prompt (G)");
+  s.add("algo.temperature", &c.temperature, "sampling temperature");
+  s.add("algo.top_p", &c.top_p, "nucleus sampling");
+  s.add("algo.lr", &c.optim.lr, "RL learning rate");
+  s.add("algo.max_grad_norm", &c.optim.max_grad_norm, "global gradient-norm clip; <= 0: none");
+  s.add("algo.clip_eps", &c.clip_eps, "ratio clip epsilon");
+  s.add("algo.kl_coef", &c.kl_coef, "KL coefficient (beta)");
+  s.add("algo.updates_per_batch", &c.updates_per_batch, "optimizer steps per batch of samples (mu)");
+  s.add("algo.micro_batches", &c.micro_batches, "gradient accumulation parts");
+  s.add("run.seed", &c.seed, "run seed: data order, sampling and initial weights");
+  s.add("run.eval_every", &c.eval_every, "held-out evaluation period in steps; 0: at the start and the end");
+  s.add("run.checkpoint_every", &c.checkpoint_every, "checkpoint period in steps; 0: at the end");
+  s.add("run.run_dir", &c.run_dir, "output directory: metrics, plot, checkpoints, this configuration");
+  s.add("run.resume", &c.resume, "continue from the newest checkpoint in run_dir");
+  s.add("run.stop_after", &c.stop_after, ">= 0: checkpoint and stop after this many steps");
+  s.add("run.verbose", &c.verbose, "progress on stderr");
+  s.add("placement.worker_processes", &c.worker_processes,
+        "trainer and rollout colocated in one worker process, reference and reward in their own");
+  s.add("placement.trainer_threads", &c.trainer_threads, "libtorch intra-op threads of the trainer");
+  s.add("placement.rollout_threads", &c.rollout_threads, "of the rollout engine");
+  s.add("placement.reference_threads", &c.reference_threads, "of the reference");
+  return s;
+}
+
+}  // namespace troupe::rl

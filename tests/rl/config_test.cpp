@@ -1,0 +1,95 @@
+// Run configuration files: keys bound to GrpoConfig, read from TOML, set from the command line,
+// written back; errors name the key and the line. The shipped demo file is the demo configuration.
+#include "troupe/rl/config.hpp"
+
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include <doctest/doctest.h>
+
+using troupe::rl::GrpoConfig;
+using troupe::rl::grpo_config_schema;
+
+namespace {
+
+std::string refusal(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+}  // namespace
+
+TEST_CASE("a config file sets the keys it names, the others keep the demo's values") {
+  auto c = GrpoConfig::demo();
+  auto schema = grpo_config_schema(c);
+  schema.load_string("[algo]\nkl_coef = 0.02\ngroup_size = 4\n[task]\nspec = \"addition:1-3\"\n[run]\nresume = true\n"
+                     "[model]\nlayers = 3\n[placement]\nworker_processes = true\n", "run.toml");
+  CHECK(c.kl_coef == doctest::Approx(0.02));
+  CHECK(c.group_size == 4);
+  CHECK(c.task == "addition:1-3");
+  CHECK(c.resume);
+  CHECK(c.policy.layers == 3);
+  CHECK(c.worker_processes);
+  const auto demo = GrpoConfig::demo();
+  CHECK(c.steps == demo.steps);   // not named: the demo's
+  CHECK(c.optim.lr == doctest::Approx(demo.optim.lr));
+  schema.load_string("algo.lr = 1\n");   // dotted keys; an integer for a float field
+  CHECK(c.optim.lr == doctest::Approx(1.0));
+}
+
+TEST_CASE("--set takes one key in TOML syntax, a bare string too") {
+  auto c = GrpoConfig::demo();
+  auto schema = grpo_config_schema(c);
+  schema.set("algo.kl_coef=0.5");
+  schema.set("task.spec=addition:2-2");
+  schema.set("run.run_dir=\"runs/x y\"");
+  schema.set("run.verbose=false");
+  CHECK(c.kl_coef == doctest::Approx(0.5));
+  CHECK(c.task == "addition:2-2");
+  CHECK(c.run_dir == "runs/x y");
+  CHECK_FALSE(c.verbose);
+  CHECK(refusal([&] { schema.set("algo.nope=1"); }).find("unknown key 'algo.nope'") != std::string::npos);
+  CHECK(refusal([&] { schema.set("algo.group_size=many"); }).find("algo.group_size") != std::string::npos);
+  CHECK(refusal([&] { schema.set("algo.group_size"); }).find("key=value") != std::string::npos);
+}
+
+TEST_CASE("an unknown key, a wrong type, a value out of range or bad syntax is refused, naming the key and the line") {
+  auto c = GrpoConfig::demo();
+  auto schema = grpo_config_schema(c);
+  const auto unknown = refusal([&] { schema.load_string("[algo]\nkl_coef = 0.1\nkl_coeff = 0.2\n", "run.toml"); });
+  CHECK(unknown.find("run.toml:3") != std::string::npos);
+  CHECK(unknown.find("algo.kl_coeff") != std::string::npos);
+  const auto wrong = refusal([&] { schema.load_string("[algo]\n\ngroup_size = \"eight\"\n", "run.toml"); });
+  CHECK(wrong.find("run.toml:3") != std::string::npos);
+  CHECK(wrong.find("algo.group_size must be an integer") != std::string::npos);
+  CHECK(refusal([&] { schema.load_string("[run]\nseed = -1\n", "run.toml"); }).find("out of range") != std::string::npos);
+  CHECK(refusal([&] { schema.load_string("[algo\nsteps = 1\n", "run.toml"); }).find("run.toml:1") != std::string::npos);
+  CHECK(refusal([&] { schema.load_file("/nonexistent/run.toml"); }).find("cannot read") != std::string::npos);
+}
+
+TEST_CASE("the written configuration reads back to the same values, and the shipped demo file is the demo") {
+  auto c = GrpoConfig::demo();
+  c.kl_coef = 0.0123;
+  c.temperature = 0.7f;
+  c.task = "addition:1-3";
+  const std::string text = grpo_config_schema(c).to_toml();
+  GrpoConfig back;   // not the demo: every key must come from the text
+  grpo_config_schema(back).load_string(text);
+  CHECK(grpo_config_schema(back).to_toml() == text);
+  CHECK(back.kl_coef == c.kl_coef);
+  CHECK(back.temperature == c.temperature);
+  auto demo = GrpoConfig::demo();
+  std::ifstream shipped(TROUPE_SOURCE_DIR "/examples/configs/grpo.toml");
+  REQUIRE(shipped);
+  std::string file, line;
+  while (std::getline(shipped, line)) {
+    if (file.empty() && line.rfind('#', 0) == 0) continue;   // the file's own heading
+    file += line + "\n";
+  }
+  CHECK(file == grpo_config_schema(demo).to_toml());   // if the demo changes: grpo --print-config > that file
+}
