@@ -69,6 +69,7 @@ GrpoConfig GrpoConfig::demo() {
 
 Grpo::Grpo(Runtime& rt, GrpoConfig config) : rt_(rt), config_(std::move(config)) {
   register_grpo_objective();
+  advantage_ = find_advantage_estimator(config_.advantage);   // an unknown name fails here, not at step 1
   task_ = make_task(config_.task);
   tokenizer_ = std::make_unique<actors::CharTokenizer>(task_->alphabet());
   config_.policy.vocab_size = tokenizer_->vocab_size();
@@ -172,10 +173,15 @@ TensorView Grpo::reference_logprobs(const actors::RolloutBatch& rollout) {
 }
 
 std::vector<float> Grpo::advantages(const std::vector<actors::RewardResult>& rewards) {
-  std::vector<float> r;
-  r.reserve(rewards.size());
-  for (auto& x : rewards) r.push_back(x.reward);
-  return group_advantages(r, config_.group_size);
+  AdvantageInput in;
+  in.rewards.reserve(rewards.size());
+  for (auto& x : rewards) in.rewards.push_back(x.reward);
+  in.group_size = config_.group_size;
+  AdvantageOutput out = advantage_(in);
+  if (out.per_token || out.advantages.size() != in.rewards.size()) {
+    throw std::invalid_argument("advantage estimator '" + config_.advantage + "' does not give one advantage per sample");
+  }
+  return std::move(out.advantages);
 }
 
 actors::TrainMetrics Grpo::update(const actors::RolloutBatch& rollout, const TensorView& ref_logp,

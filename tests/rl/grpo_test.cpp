@@ -128,3 +128,38 @@ TEST_CASE("resuming from a directory without a checkpoint says so") {
   CHECK_FALSE(grpo.resume());
   std::filesystem::remove_all(config.run_dir);
 }
+
+namespace {
+
+int g_counted_calls = 0;
+// A program's own estimator: GRPO's, counting its calls.
+AdvantageOutput counted_grpo(const AdvantageInput& in) {
+  ++g_counted_calls;
+  return grpo_advantages(in);
+}
+TROUPE_ADVANTAGE_ESTIMATOR("test_counted_grpo", counted_grpo);
+
+}  // namespace
+
+TEST_CASE("the driver runs the advantage estimator its configuration names, a program's own too") {
+  auto rt = troupe::Runtime::create().value();
+  auto config = tiny("troupe_grpo_estimator");
+  config.sft.steps = 5;
+  config.steps = 3;
+  config.advantage = "test_counted_grpo";
+  {
+    Grpo grpo(rt, config);
+    grpo.warm_start();
+    for (int s = 0; s < config.steps; ++s) (void)grpo.step();
+  }
+  CHECK(g_counted_calls == 3);
+  config.advantage = "gae";   // per token: needs a critic
+  {
+    Grpo grpo(rt, config);
+    grpo.warm_start();
+    CHECK_THROWS_AS(grpo.step(), std::invalid_argument);
+  }
+  config.advantage = "no_such_estimator";
+  CHECK_THROWS_AS(Grpo(rt, config), std::invalid_argument);   // at construction, not at step 1
+  std::filesystem::remove_all(config.run_dir);
+}

@@ -22,6 +22,7 @@
 #include "troupe/actors/rollout_engine.hpp"
 #include "troupe/actors/tokenizer.hpp"
 #include "troupe/actors/trainer.hpp"
+#include "troupe/rl/advantages.hpp"
 #include "troupe/rl/checkpoint.hpp"
 #include "troupe/rl/metrics.hpp"
 #include "troupe/rl/task.hpp"
@@ -46,6 +47,10 @@ struct GrpoConfig {
   float temperature = 1.0f;
   float top_p = 1.0f;
   actors::OptimConfig optim;             // GRPO's optimizer (fresh after the warm start)
+  // The advantage estimator, by name (advantages.hpp): "grpo", "rloo", "reinforce++",
+  // "reinforce++_baseline", or one the program registers with TROUPE_ADVANTAGE_ESTIMATOR. It
+  // must give one advantage per sample (a per-token one, GAE, needs a critic: PPO).
+  std::string advantage = "grpo";
   double clip_eps = 0.2;
   double kl_coef = 0.04;                 // beta
   std::int32_t updates_per_batch = 1;    // mu: optimizer steps on each batch of samples
@@ -135,6 +140,7 @@ class Grpo {
 
   Runtime& rt_;
   GrpoConfig config_;
+  AdvantageEstimator advantage_;   // config_.advantage's
   std::unique_ptr<Task> task_;
   std::unique_ptr<actors::Tokenizer> tokenizer_;
   Dataset data_;

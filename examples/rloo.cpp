@@ -1,0 +1,64 @@
+// examples/rloo: RLOO (Ahmadian et al. 2024, "Back to Basics: Revisiting REINFORCE Style
+// Optimization for Learning from Human Feedback in LLMs", arXiv:2402.14740) written as a user of
+// troupe writes an algorithm: public headers only, its own advantage estimator defined and
+// registered here, the library's driver (rollout, scoring, reference, update, weight sync,
+// metrics, checkpoints) doing the rest. Prints the same JSON line as build/bin/grpo.
+#include <troupe/rl.hpp>
+
+#include <cmath>
+#include <iostream>
+#include <string>
+
+namespace {
+
+// Each sample's baseline is the mean reward of the other k - 1 samples of its prompt (eq. 7):
+//   A_i = r_i - (1 / (k - 1)) * sum_{j != i} r_j.
+// No division by the group's std (unlike GRPO): the estimate stays unbiased.
+troupe::rl::AdvantageOutput leave_one_out(const troupe::rl::AdvantageInput& in) {
+  const auto k = std::size_t(in.group_size);
+  troupe::rl::AdvantageOutput out;
+  out.advantages.resize(in.rewards.size());
+  for (std::size_t g = 0; g + k <= in.rewards.size(); g += k) {
+    double sum = 0;
+    for (std::size_t i = 0; i < k; ++i) sum += in.rewards[g + i];
+    for (std::size_t i = 0; i < k; ++i) {
+      const double r = in.rewards[g + i];
+      out.advantages[g + i] = k > 1 ? float(r - (sum - r) / double(k - 1)) : 0.0f;
+    }
+  }
+  return out;
+}
+// At namespace scope, so that worker processes (which never run main) have it too.
+TROUPE_ADVANTAGE_ESTIMATOR("leave_one_out", leave_one_out);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto rt = troupe::init(argc, argv);
+  auto config = troupe::rl::GrpoConfig::demo();   // the demo's task, model, SFT and batch shape
+  config.advantage = "leave_one_out";
+  config.run_dir = "runs/rloo";
+  try {   // any key from the command line: --set algo.steps=200, --set run.seed=2, ...
+    auto schema = troupe::rl::grpo_config_schema(config);
+    for (int i = 1; i + 1 < argc; ++i) {
+      if (std::string(argv[i]) == "--set") schema.set(argv[++i]);
+    }
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "rloo: " << e.what() << "\n";
+    return 2;
+  }
+  troupe::rl::RunSummary s;
+  try {
+    troupe::rl::Grpo driver(rt, config);
+    s = driver.run();
+  } catch (const std::exception& e) {
+    std::cerr << "rloo: " << e.what() << "\n";
+    return 1;
+  }
+  auto round1 = [](double x) { return std::round(x * 10) / 10; };
+  std::cout << "{\"sft_heldout_acc\":" << s.sft_heldout_acc << ",\"final_heldout_acc\":" << s.final_heldout_acc
+            << ",\"steps\":" << s.steps << ",\"seconds\":" << round1(s.seconds) << ",\"sft_seconds\":"
+            << round1(s.sft_seconds) << ",\"grpo_seconds\":" << round1(s.grpo_seconds) << ",\"metrics\":\""
+            << s.metrics_path << "\",\"plot\":\"" << s.plot_path << "\"}" << std::endl;
+  return 0;
+}
