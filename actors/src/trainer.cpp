@@ -62,8 +62,13 @@ TrainMetrics Trainer::train_step(TrainBatch batch) {
   std::map<std::string, at::Tensor> inputs;
   for (auto& [k, v] : batch.inputs) inputs[k] = from_view(v);
   const std::int64_t n = tokens.size(0);
-  const std::int64_t parts = std::clamp<std::int64_t>(batch.micro_batches, 1, std::max<std::int64_t>(1, n));
-  const std::int64_t chunk = (n + parts - 1) / parts;
+  const std::int64_t group = std::max<std::int64_t>(1, batch.row_group);
+  if (n % group != 0) {
+    throw std::invalid_argument("train_step: " + std::to_string(n) + " rows are not whole groups of " + std::to_string(group));
+  }
+  const std::int64_t groups = n / group;
+  const std::int64_t parts = std::clamp<std::int64_t>(batch.micro_batches, 1, std::max<std::int64_t>(1, groups));
+  const std::int64_t chunk = (groups + parts - 1) / parts * group;   // whole groups in every part
   Accumulated acc;
   impl_->optimizer.zero_grad();
   for (std::int64_t begin = 0; begin < n; begin += chunk) {

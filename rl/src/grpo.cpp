@@ -44,6 +44,7 @@ actors::TrainBatch grpo_batch(const actors::RolloutBatch& rollout, const TensorV
   b.options = {{"clip_eps", config.clip_eps}, {"kl_coef", config.kl_coef}};
   b.temperature = config.temperature;
   b.micro_batches = config.micro_batches;
+  b.row_group = config.group_size;   // a prompt's samples stay in one micro-batch
   return b;
 }
 

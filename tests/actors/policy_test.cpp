@@ -7,9 +7,13 @@
 #include "support/doctest_after_torch.hpp"   // ATen redefines CHECK
 
 #include "troupe/actors/generate.hpp"
+#include "troupe/actors/objective.hpp"
 #include "troupe/actors/optimizer.hpp"
 #include "troupe/actors/policy.hpp"
 #include "troupe/actors/tensor_bridge.hpp"
+#include "troupe/actors/trainer.hpp"
+
+#include "fixtures.hpp"
 
 using namespace troupe::actors;
 
@@ -174,4 +178,34 @@ TEST_CASE("gradient clipping scales the global norm down to the limit and report
   CHECK(opt.clip_gradients() == doctest::Approx(5.0));
   CHECK(a.grad()[0].item<float>() == doctest::Approx(0.6f).epsilon(1e-5));
   CHECK(b.grad()[0].item<float>() == doctest::Approx(0.8f).epsilon(1e-5));
+}
+
+namespace {
+std::vector<std::int64_t> g_part_rows;   // the rows of each micro-batch the recording objective saw
+troupe::actors::ObjectiveOutput record_rows(const troupe::actors::ObjectiveInput& in) {
+  g_part_rows.push_back(in.logp.size(0));
+  return troupe::actors::sft_objective(in);
+}
+}  // namespace
+
+TEST_CASE("micro-batches hold whole row groups (a pair, a GRPO group), and a batch of partial groups is refused") {
+  troupe::actors::register_objective("test_record_rows", &record_rows);
+  troupe::actors::Trainer t(troupe::actors::TrainerConfig{troupe::actors::testing::tiny_policy(), troupe::actors::OptimConfig{}, 1});
+  auto b = troupe::actors::testing::copy_batch(6);
+  b.objective = "test_record_rows";
+  b.micro_batches = 4;
+  b.row_group = 2;   // three pairs in at most four parts: one pair each
+  g_part_rows.clear();
+  (void)t.train_step(b);
+  CHECK(g_part_rows == std::vector<std::int64_t>{2, 2, 2});
+  b.row_group = 3;   // two groups of three: never split
+  g_part_rows.clear();
+  (void)t.train_step(b);
+  CHECK(g_part_rows == std::vector<std::int64_t>{3, 3});
+  b.micro_batches = 1;
+  g_part_rows.clear();
+  (void)t.train_step(b);
+  CHECK(g_part_rows == std::vector<std::int64_t>{6});
+  b.row_group = 4;
+  CHECK_THROWS_AS(t.train_step(b), std::invalid_argument);
 }

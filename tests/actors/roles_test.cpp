@@ -13,39 +13,15 @@
 #include "troupe/actors/tokenizer.hpp"
 #include "troupe/actors/trainer.hpp"
 
+#include "fixtures.hpp"
+
 using namespace troupe::actors;
 using troupe::DType;
 using troupe::TensorView;
+using troupe::actors::testing::copy_batch;
+using troupe::actors::testing::tiny_policy;
 
 namespace {
-
-PolicyConfig tiny_policy() {
-  PolicyConfig c;
-  c.vocab_size = 8;
-  c.context = 12;
-  c.layers = 1;
-  c.d_model = 16;
-  c.heads = 2;
-  c.seed = 3;
-  return c;
-}
-
-// Rows "1 2 3 4 5" (all real); loss on the last three tokens.
-TrainBatch copy_batch(int rows) {
-  TrainBatch b;
-  b.objective = "sft";
-  b.tokens = TensorView::empty(DType::I64, {rows, 5});
-  b.attn_mask = TensorView::empty(DType::Bool, {rows, 5});
-  b.loss_mask = TensorView::empty(DType::Bool, {rows, 5});
-  for (int r = 0; r < rows; ++r) {
-    for (int t = 0; t < 5; ++t) {
-      b.tokens.data_as<std::int64_t>()[r * 5 + t] = 1 + (t + r) % 6;
-      b.attn_mask.data_as<bool>()[r * 5 + t] = true;
-      b.loss_mask.data_as<bool>()[r * 5 + t] = t >= 2;
-    }
-  }
-  return b;
-}
 
 bool same_weights(const Weights& a, const Weights& b) {
   if (a.names != b.names) return false;
@@ -205,3 +181,4 @@ TEST_CASE("an unknown objective or a bad weights file fails the call, not the pr
   auto bad = reference.call(&Reference::load_weights, std::string("/nonexistent.safetensors")).result();
   CHECK_FALSE(bad.ok());
 }
+

@@ -70,8 +70,11 @@ struct TrainBatch {
   std::map<std::string, TensorView> inputs;      // objective-specific, first dimension N
   std::map<std::string, double> options;         // objective hyper-parameters
   float temperature = 1.0f;                      // logits are divided by it before the softmax
-  std::int32_t micro_batches = 1;                // gradient accumulation: rows split in this many parts
-  MSGPACK_DEFINE(objective, tokens, attn_mask, loss_mask, inputs, options, temperature, micro_batches);
+  std::int32_t micro_batches = 1;                // gradient accumulation: rows split in this many parts (at most)
+  // Rows travel in groups of this many that no micro-batch splits: a preference pair (2), a GRPO
+  // group (G). N must be a multiple of it; a part then holds a whole number of groups.
+  std::int32_t row_group = 1;
+  MSGPACK_DEFINE(objective, tokens, attn_mask, loss_mask, inputs, options, temperature, micro_batches, row_group);
 };
 
 struct TrainMetrics {
