@@ -186,6 +186,7 @@ ConfigSchema grpo_config_schema(GrpoConfig& c) {
   s.add("algo.lr", &c.optim.lr, "RL learning rate");
   s.add("algo.max_grad_norm", &c.optim.max_grad_norm, "global gradient-norm clip; <= 0: none");
   s.add("algo.advantage", &c.advantage, "advantage estimator: grpo, rloo, reinforce++, reinforce++_baseline, or the program's own");
+  s.add("algo.objective", &c.objective, "the trainer's objective: grpo, or the program's own");
   s.add("algo.clip_eps", &c.clip_eps, "ratio clip epsilon");
   s.add("algo.kl_coef", &c.kl_coef, "KL coefficient (beta)");
   s.add("algo.updates_per_batch", &c.updates_per_batch, "optimizer steps per batch of samples (mu)");

@@ -36,7 +36,7 @@ std::uint64_t step_seed(std::uint64_t run_seed, std::int64_t step) { return mix(
 actors::TrainBatch grpo_batch(const actors::RolloutBatch& rollout, const TensorView& ref_logp,
                               const std::vector<float>& advantages, const GrpoConfig& config) {
   actors::TrainBatch b;
-  b.objective = "grpo";
+  b.objective = config.objective;
   b.tokens = rollout.tokens;
   b.attn_mask = rollout.attn_mask;
   b.loss_mask = rollout.response_mask;
@@ -221,6 +221,7 @@ StepRecord step_record(const actors::RolloutBatch& rollout, const std::vector<ac
   rec.pg_loss = value("pg_loss");
   rec.kl = value("kl");
   rec.clip_fraction = value("clip_fraction");
+  rec.values = m.values;
   rec.entropy = m.entropy;
   rec.grad_norm = m.grad_norm;
   rec.lr = m.lr;

@@ -42,6 +42,11 @@ std::string to_json_line(const StepRecord& r) {
   const auto& s = r.seconds;
   j["seconds"] = {{"rollout", rounded(s.rollout)}, {"reward", rounded(s.reward)}, {"reference", rounded(s.reference)},
                   {"train", rounded(s.train)}, {"sync", rounded(s.sync)}, {"eval", rounded(s.eval)}, {"total", rounded(s.total)}};
+  if (!r.values.empty()) {
+    Json values = Json::object();
+    for (const auto& [k, v] : r.values) values[k] = rounded(v);
+    j["values"] = std::move(values);
+  }
   return j.dump();
 }
 
@@ -58,6 +63,11 @@ StepRecord record_from_json_line(const std::string& line) {
   if (j.contains("heldout_format")) r.heldout_format = j["heldout_format"].get<double>();
   r.kl = j.value("kl", 0.0);
   r.entropy = j.value("entropy", 0.0);
+  if (auto it = j.find("values"); it != j.end() && it->is_object()) {
+    for (const auto& [k, v] : it->items()) {
+      if (v.is_number()) r.values[k] = v.get<double>();
+    }
+  }
   return r;
 }
 

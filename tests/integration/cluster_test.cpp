@@ -264,10 +264,13 @@ TEST_CASE("a wrong token is an error value at create, and troupe::init exits wit
 }
 
 TEST_CASE("an embedded run's stdout holds the program's output only: troupe logs to stderr") {
+  test_support::TempDir sessions("troupe-embedded-out");   // its session, removed after (not /tmp/troupe)
   int out = -1;
   setenv("TROUPE_LOG_LEVEL", "info", 1);   // so that the runtime has lines to log
+  setenv("TROUPE_TMPDIR", sessions.path.c_str(), 1);
   const pid_t pid = itest::start_helper("embedded-program", "", &out);
   unsetenv("TROUPE_LOG_LEVEL");
+  unsetenv("TROUPE_TMPDIR");
   const std::string printed = itest::read_all(out, 60s);
   ::close(out);
   int status = -1;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "support/temp_dir.hpp"
 #include "troupe/rl.hpp"
 
 using namespace troupe::rl;
@@ -161,5 +162,30 @@ TEST_CASE("the driver runs the advantage estimator its configuration names, a pr
   }
   config.advantage = "no_such_estimator";
   CHECK_THROWS_AS(Grpo(rt, config), std::invalid_argument);   // at construction, not at step 1
+  std::filesystem::remove_all(config.run_dir);
+}
+
+TEST_CASE("a program's own objective, registered at static initialisation, runs in the trainer's worker process") {
+  test_support::TempDir sessions("troupe-rl-sessions");   // the embedded cluster's, removed after
+  troupe::RuntimeConfig rc;
+  rc.session_root = sessions.path;
+  auto rt = troupe::Runtime::create(rc).value();   // the embedded cluster's workers run this binary
+  auto config = tiny("troupe_grpo_objective");
+  config.sft.steps = 5;
+  config.steps = 2;
+  config.worker_processes = true;
+  config.objective = "test_marked_grpo";   // objectives_test.cpp registers it
+  StepRecord rec;
+  {
+    Grpo grpo(rt, config);
+    grpo.warm_start();
+    rec = grpo.step();
+  }
+  REQUIRE(rec.values.count("test_marker") == 1);
+  CHECK(rec.values.at("test_marker") == 7.0);
+  CHECK(rec.values.at("test_pid") != double(::getpid()));   // it ran in another process
+  CHECK(rec.values.count("pg_loss") == 1);                  // GRPO's own metrics come along
+  // The metrics line carries the named values.
+  CHECK(record_from_json_line(to_json_line(rec)).values.at("test_marker") == 7.0);
   std::filesystem::remove_all(config.run_dir);
 }

@@ -51,6 +51,10 @@ struct GrpoConfig {
   // "reinforce++_baseline", or one the program registers with TROUPE_ADVANTAGE_ESTIMATOR. It
   // must give one advantage per sample (a per-token one, GAE, needs a critic: PPO).
   std::string advantage = "grpo";
+  // The Trainer's objective, by name (actors/objective.hpp): "grpo", or one the program registers
+  // at static initialisation (so that a Trainer in a worker process has it too). It reads the
+  // inputs old_logp, ref_logp, advantages and the options clip_eps, kl_coef.
+  std::string objective = "grpo";
   double clip_eps = 0.2;
   double kl_coef = 0.04;                 // beta
   std::int32_t updates_per_batch = 1;    // mu: optimizer steps on each batch of samples

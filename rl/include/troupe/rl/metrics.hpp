@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,6 +27,7 @@ struct StepRecord {
   std::optional<double> heldout_acc, heldout_format;   // on evaluation steps only
   double tokens_per_s = 0;              // generated tokens / step wall time
   StepTimes seconds;
+  std::map<std::string, double> values;  // every metric the objective reported, by name ("values" in the JSON line)
 };
 
 std::string to_json_line(const StepRecord& r);
