@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 namespace troupe::rl {
 
@@ -60,6 +62,77 @@ TensorView vector_view(const std::vector<float>& values) {
   auto v = TensorView::empty(DType::F32, {std::int64_t(values.size())});
   if (!values.empty()) std::memcpy(v.data, values.data(), values.size() * sizeof(float));
   return v;
+}
+
+std::vector<std::int64_t> preference_pairs(const std::vector<actors::RewardResult>& rewards, std::int32_t group_size) {
+  if (group_size < 1 || rewards.size() % std::size_t(group_size) != 0) {
+    throw std::invalid_argument("preference_pairs: " + std::to_string(rewards.size()) + " samples in groups of " +
+                                std::to_string(group_size));
+  }
+  std::vector<std::int64_t> pairs;
+  const auto g = std::int64_t(group_size);
+  for (std::int64_t first = 0; first < std::int64_t(rewards.size()); first += g) {
+    std::int64_t chosen = -1, rejected = -1, rejected_invalid = -1;
+    for (std::int64_t i = first; i < first + g; ++i) {
+      const auto& r = rewards[std::size_t(i)];
+      if (r.correct && chosen < 0) chosen = i;
+      if (!r.correct && r.format_ok && rejected < 0) rejected = i;
+      if (!r.correct && !r.format_ok && rejected_invalid < 0) rejected_invalid = i;
+    }
+    if (rejected < 0) rejected = rejected_invalid;
+    if (chosen < 0 || rejected < 0) continue;
+    pairs.push_back(chosen);
+    pairs.push_back(rejected);
+  }
+  return pairs;
+}
+
+namespace {
+
+// Rows `rows` of a [N, ...] tensor, in that order.
+TensorView gather_rows(const TensorView& t, const std::vector<std::int64_t>& rows) {
+  if (t.shape.empty() || !t.is_contiguous()) throw std::invalid_argument("dpo_batch: rollout tensors must be contiguous [N, ...]");
+  std::vector<std::int64_t> shape = t.shape;
+  const std::int64_t n = shape.at(0);
+  shape[0] = std::int64_t(rows.size());
+  auto out = TensorView::empty(t.dtype, shape);
+  const std::size_t row_bytes = n > 0 ? t.nbytes() / std::size_t(n) : 0;
+  for (std::size_t k = 0; k < rows.size(); ++k) {
+    if (rows[k] < 0 || rows[k] >= n) throw std::invalid_argument("dpo_batch: row " + std::to_string(rows[k]) + " out of range");
+    std::memcpy(static_cast<char*>(out.data) + k * row_bytes, static_cast<const char*>(t.data) + std::size_t(rows[k]) * row_bytes,
+                row_bytes);
+  }
+  return out;
+}
+
+}  // namespace
+
+actors::TrainBatch dpo_batch(const actors::RolloutBatch& rollout, const TensorView& ref_logp,
+                             const std::vector<std::int64_t>& pairs, double beta, bool ipo, std::int32_t micro_batches) {
+  if (pairs.size() % 2 != 0) throw std::invalid_argument("dpo_batch: pairs come as (chosen, rejected) rows");
+  if (ref_logp.dtype != DType::F32 || ref_logp.shape != rollout.response_mask.shape) {
+    throw std::invalid_argument("dpo_batch: ref_logp must be f32 [N, T] like the rollout's response mask");
+  }
+  actors::TrainBatch b;
+  b.objective = "dpo";
+  b.tokens = gather_rows(rollout.tokens, pairs);
+  b.attn_mask = gather_rows(rollout.attn_mask, pairs);
+  b.loss_mask = gather_rows(rollout.response_mask, pairs);
+  const std::int64_t t = rollout.response_mask.shape.at(1);
+  std::vector<float> ref_seq(pairs.size());
+  for (std::size_t k = 0; k < pairs.size(); ++k) {
+    double sum = 0;   // the response's log-likelihood under the reference
+    const auto row = pairs[k] * t;
+    for (std::int64_t j = 0; j < t; ++j) {
+      if (rollout.response_mask.data_as<bool>()[row + j]) sum += ref_logp.data_as<float>()[row + j];
+    }
+    ref_seq[k] = float(sum);
+  }
+  b.inputs = {{"ref_seq_logp", vector_view(ref_seq)}};
+  b.options = {{"beta", beta}, {"ipo", ipo ? 1.0 : 0.0}};
+  b.micro_batches = micro_batches;
+  b.row_group = 2;
+  return b;
 }
 
 }  // namespace troupe::rl

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <set>
 
@@ -115,4 +116,72 @@ TEST_CASE("run state survives a round trip through state.json") {
   CHECK(r.sft_heldout_acc == 0.25);
   std::filesystem::remove_all(dir);
   CHECK_THROWS(load_run_state(dir));
+}
+
+TEST_CASE("DPO pairs: per prompt its first correct sample against its first wrong one, prompts without both left out") {
+  using troupe::actors::RewardResult;
+  const RewardResult right{1.0f, true, true}, wrong{0.1f, true, false}, malformed{0.0f, false, false};
+  // Prompt 0 (rows 0-2): wrong, right, right -> (1, 0). Prompt 1: all right -> none. Prompt 2
+  // (rows 6-8): malformed, right, wrong -> (7, 8): a well-formed wrong answer before a malformed
+  // one. Prompt 3 (rows 9-11): malformed, right, malformed -> (10, 9).
+  const std::vector<RewardResult> r{wrong, right, right, right, right, right, malformed, right, wrong,
+                                    malformed, right, malformed};
+  CHECK(preference_pairs(r, 3) == std::vector<std::int64_t>{1, 0, 7, 8, 10, 9});
+  CHECK(preference_pairs({}, 4).empty());
+  CHECK_THROWS_AS(preference_pairs(r, 5), std::invalid_argument);
+}
+
+TEST_CASE("a DPO batch holds the pairs' rows in order, their reference log-likelihoods, and never splits a pair") {
+  // Three rows of 4 tokens; the response is the last two tokens of each row.
+  troupe::actors::RolloutBatch rollout;
+  rollout.tokens = troupe::TensorView::empty(troupe::DType::I64, {3, 4});
+  rollout.attn_mask = troupe::TensorView::empty(troupe::DType::Bool, {3, 4});
+  rollout.response_mask = troupe::TensorView::empty(troupe::DType::Bool, {3, 4});
+  auto ref = troupe::TensorView::empty(troupe::DType::F32, {3, 4});
+  for (int i = 0; i < 12; ++i) {
+    rollout.tokens.data_as<std::int64_t>()[i] = 100 + i;
+    rollout.attn_mask.data_as<bool>()[i] = true;
+    rollout.response_mask.data_as<bool>()[i] = i % 4 >= 2;
+    ref.data_as<float>()[i] = -float(i);   // row r's response: -(4r + 2) - (4r + 3)
+  }
+  auto b = dpo_batch(rollout, ref, {2, 0}, 0.1, false, 2);
+  CHECK(b.objective == "dpo");
+  CHECK(b.row_group == 2);
+  CHECK(b.micro_batches == 2);
+  REQUIRE(b.tokens.shape == std::vector<std::int64_t>{2, 4});
+  CHECK(b.tokens.data_as<std::int64_t>()[0] == 108);   // row 2 first: the chosen
+  CHECK(b.tokens.data_as<std::int64_t>()[4] == 100);
+  const auto& seq = b.inputs.at("ref_seq_logp");
+  CHECK(seq.data_as<float>()[0] == doctest::Approx(-21.0));
+  CHECK(seq.data_as<float>()[1] == doctest::Approx(-5.0));
+  CHECK(b.options.at("beta") == doctest::Approx(0.1));
+  CHECK(b.options.at("ipo") == 0.0);
+  CHECK_THROWS_AS(dpo_batch(rollout, ref, {2}, 0.1, false), std::invalid_argument);
+  CHECK_THROWS_AS(dpo_batch(rollout, ref, {2, 3}, 0.1, false), std::invalid_argument);
+}
+
+TEST_CASE("the Trainer takes a DPO batch: one step with the dpo objective reports its metrics") {
+  troupe::actors::RolloutBatch rollout;   // 4 rows of 5 tokens, responses on the last 2
+  rollout.tokens = troupe::TensorView::empty(troupe::DType::I64, {4, 5});
+  rollout.attn_mask = troupe::TensorView::empty(troupe::DType::Bool, {4, 5});
+  rollout.response_mask = troupe::TensorView::empty(troupe::DType::Bool, {4, 5});
+  auto ref = troupe::TensorView::empty(troupe::DType::F32, {4, 5});
+  for (int i = 0; i < 20; ++i) {
+    rollout.tokens.data_as<std::int64_t>()[i] = 1 + (i * 3) % 6;
+    rollout.attn_mask.data_as<bool>()[i] = true;
+    rollout.response_mask.data_as<bool>()[i] = i % 5 >= 3;
+    ref.data_as<float>()[i] = i % 5 >= 3 ? -2.0f : 0.0f;
+  }
+  troupe::actors::PolicyConfig policy;
+  policy.vocab_size = 8;
+  policy.context = 8;
+  policy.layers = 1;
+  policy.d_model = 16;
+  policy.heads = 2;
+  troupe::actors::Trainer trainer(troupe::actors::TrainerConfig{policy, troupe::actors::OptimConfig{}, 1});
+  auto m = trainer.train_step(dpo_batch(rollout, ref, {0, 1, 3, 2}, 0.1, false, 2));
+  CHECK(m.policy_version == 1);
+  CHECK(std::isfinite(m.loss));
+  CHECK(m.values.count("reward_accuracy") == 1);
+  CHECK(m.values.count("reward_margin") == 1);
 }

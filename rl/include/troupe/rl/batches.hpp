@@ -24,4 +24,19 @@ std::vector<actors::ScoreItem> score_items(const std::vector<Problem>& problems,
 // A [n] f32 tensor owning a copy of `values`.
 TensorView vector_view(const std::vector<float>& values);
 
+// DPO's pairs from a policy's own samples (Rafailov et al. 2023, sec. 5: on-policy preference
+// data): per prompt (rows g*G .. g*G+G-1), its first correct sample is chosen and its first
+// incorrect one with a valid format rejected (so a pair never teaches the answer's shape alone; an
+// invalid one stands in when none is valid); a prompt without both gives no pair. The row indices,
+// chosen then rejected, pair after pair. Throws std::invalid_argument unless rewards.size() is a
+// multiple of group_size.
+std::vector<std::int64_t> preference_pairs(const std::vector<actors::RewardResult>& rewards, std::int32_t group_size);
+
+// The Trainer's batch for one DPO step over `pairs` (preference_pairs' rows of `rollout`): those
+// rows in pair order, the loss on the response, input ref_seq_logp [2K] (the reference's
+// sum over the response of its per-token logprobs `ref_logp` [N, T]), objective "dpo" with beta
+// (and ipo), row_group 2 so that no micro-batch splits a pair.
+actors::TrainBatch dpo_batch(const actors::RolloutBatch& rollout, const TensorView& ref_logp,
+                             const std::vector<std::int64_t>& pairs, double beta, bool ipo, std::int32_t micro_batches = 1);
+
 }  // namespace troupe::rl
