@@ -12,7 +12,6 @@
 #include <malloc.h>
 
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include "troupe/rl.hpp"
 
@@ -20,25 +19,17 @@ namespace {
 
 troupe::rl::GrpoConfig parse(int argc, char** argv) {
   auto c = troupe::rl::GrpoConfig::demo();
-  std::string config_file;
-  std::vector<std::string> sets;
-  // The file and the --set keys first, so that a flag given too wins over them.
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if ((a == "--config" || a == "--set") && i + 1 < argc) (a == "--config" ? config_file : sets.emplace_back()) = argv[++i];
-    else if (a.rfind("--config=", 0) == 0) config_file = a.substr(9);
-    else if (a.rfind("--set=", 0) == 0) sets.push_back(a.substr(6));
-  }
-  try {
+  try {   // the file and the --set keys first, so that a flag given too wins over them
     auto schema = troupe::rl::grpo_config_schema(c);
-    if (!config_file.empty()) schema.load_file(config_file);
-    for (const auto& s : sets) schema.set(s);
+    troupe::rl::apply_command_line(schema, argc, argv);
   } catch (const std::invalid_argument& e) {
     std::cerr << "grpo: " << e.what() << "\n";
     std::exit(2);
   }
   CLI::App app{"GRPO on a verifiable task, on troupe"};
   app.allow_extras();
+  std::string config_file;   // applied above; named here for --help and so that CLI11 accepts them
+  std::vector<std::string> sets;
   app.add_option("--config", config_file, "a TOML configuration (examples/configs/grpo.toml has every key)");
   app.add_option("--set", sets, "KEY=VALUE: one key of the configuration, e.g. algo.kl_coef=0.02 (repeatable)");
   app.add_option("--task", c.task, "task spec, e.g. addition:1-3");
@@ -102,18 +93,6 @@ int main(int argc, char** argv) {
     std::cerr << "grpo: " << e.what() << "\n";
     return 1;
   }
-  nlohmann::ordered_json out;
-  out["sft_heldout_acc"] = s.sft_heldout_acc;
-  out["final_heldout_acc"] = s.final_heldout_acc;
-  out["sft_heldout_format"] = s.sft_heldout_format;
-  out["final_heldout_format"] = s.final_heldout_format;
-  out["steps"] = s.steps;
-  out["seconds"] = std::round(s.seconds * 10) / 10;
-  out["sft_seconds"] = std::round(s.sft_seconds * 10) / 10;
-  out["grpo_seconds"] = std::round(s.grpo_seconds * 10) / 10;
-  out["metrics"] = s.metrics_path;
-  out["plot"] = s.plot_path;
-  out["checkpoint"] = s.checkpoint;
-  std::cout << out.dump() << std::endl;
+  std::cout << troupe::rl::summary_json_line(s) << std::endl;
   return 0;
 }

@@ -5,7 +5,6 @@
 // metrics, checkpoints) doing the rest. Prints the same JSON line as build/bin/grpo.
 #include <troupe/rl.hpp>
 
-#include <cmath>
 #include <iostream>
 #include <string>
 
@@ -38,11 +37,9 @@ int main(int argc, char** argv) {
   auto config = troupe::rl::GrpoConfig::demo();   // the demo's task, model, SFT and batch shape
   config.advantage = "leave_one_out";
   config.run_dir = "runs/rloo";
-  try {   // any key from the command line: --set algo.steps=200, --set run.seed=2, ...
+  try {   // --config FILE and any key from the command line: --set algo.steps=200, --set run.seed=2, ...
     auto schema = troupe::rl::grpo_config_schema(config);
-    for (int i = 1; i + 1 < argc; ++i) {
-      if (std::string(argv[i]) == "--set") schema.set(argv[++i]);
-    }
+    troupe::rl::apply_command_line(schema, argc, argv);
   } catch (const std::invalid_argument& e) {
     std::cerr << "rloo: " << e.what() << "\n";
     return 2;
@@ -55,10 +52,6 @@ int main(int argc, char** argv) {
     std::cerr << "rloo: " << e.what() << "\n";
     return 1;
   }
-  auto round1 = [](double x) { return std::round(x * 10) / 10; };
-  std::cout << "{\"sft_heldout_acc\":" << s.sft_heldout_acc << ",\"final_heldout_acc\":" << s.final_heldout_acc
-            << ",\"steps\":" << s.steps << ",\"seconds\":" << round1(s.seconds) << ",\"sft_seconds\":"
-            << round1(s.sft_seconds) << ",\"grpo_seconds\":" << round1(s.grpo_seconds) << ",\"metrics\":\""
-            << s.metrics_path << "\",\"plot\":\"" << s.plot_path << "\"}" << std::endl;
+  std::cout << troupe::rl::summary_json_line(s) << std::endl;
   return 0;
 }

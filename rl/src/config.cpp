@@ -164,6 +164,19 @@ std::string ConfigSchema::to_toml() const {
   return out.str();
 }
 
+void apply_command_line(ConfigSchema& schema, int argc, const char* const* argv) {
+  std::string file;
+  std::vector<std::string> sets;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if ((a == "--config" || a == "--set") && i + 1 < argc) (a == "--config" ? file : sets.emplace_back()) = argv[++i];
+    else if (a.rfind("--config=", 0) == 0) file = a.substr(9);
+    else if (a.rfind("--set=", 0) == 0) sets.push_back(a.substr(6));
+  }
+  if (!file.empty()) schema.load_file(file);
+  for (const auto& s : sets) schema.set(s);
+}
+
 ConfigSchema grpo_config_schema(GrpoConfig& c) {
   ConfigSchema s;
   s.add("task.spec", &c.task, "the verifiable task, e.g. addition:1-3 (operands of 1 to 3 digits)");
@@ -185,6 +198,9 @@ ConfigSchema grpo_config_schema(GrpoConfig& c) {
   s.add("algo.top_p", &c.top_p, "nucleus sampling");
   s.add("algo.lr", &c.optim.lr, "RL learning rate");
   s.add("algo.max_grad_norm", &c.optim.max_grad_norm, "global gradient-norm clip; <= 0: none");
+  s.add("algo.name", &c.algorithm, "the update: grpo, or dpo (the step's samples as preference pairs)");
+  s.add("algo.dpo_beta", &c.dpo_beta, "DPO's beta");
+  s.add("algo.dpo_ipo", &c.dpo_ipo, "IPO's loss instead of DPO's");
   s.add("algo.advantage", &c.advantage, "advantage estimator: grpo, rloo, reinforce++, reinforce++_baseline, or the program's own");
   s.add("algo.objective", &c.objective, "the trainer's objective: grpo, or the program's own");
   s.add("algo.clip_eps", &c.clip_eps, "ratio clip epsilon");

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <stdexcept>
 
+#include <nlohmann/json.hpp>
+
 #include "troupe/actors/tokenizer.hpp"
 #include "troupe/rl/advantages.hpp"
 #include "troupe/rl/batches.hpp"
@@ -70,6 +72,9 @@ GrpoConfig GrpoConfig::demo() {
 
 Grpo::Grpo(Runtime& rt, GrpoConfig config) : rt_(rt), config_(std::move(config)) {
   register_grpo_objective();
+  if (config_.algorithm != "grpo" && config_.algorithm != "dpo") {
+    throw std::invalid_argument("unknown algorithm '" + config_.algorithm + "' (grpo or dpo)");
+  }
   advantage_ = find_advantage_estimator(config_.advantage);   // an unknown name fails here, not at step 1
   task_ = make_task(config_.task);
   tokenizer_ = std::make_unique<actors::CharTokenizer>(task_->alphabet());
@@ -194,6 +199,23 @@ actors::TrainMetrics Grpo::update(const actors::RolloutBatch& rollout, const Ten
   return m;
 }
 
+// Online DPO: this step's samples as preference pairs (a prompt with a correct and a wrong answer
+// gives one), against the reference. A step without a pair changes nothing.
+actors::TrainMetrics Grpo::dpo_update(const actors::RolloutBatch& rollout, const TensorView& ref_logp,
+                                      const std::vector<actors::RewardResult>& rewards) {
+  const auto pairs = preference_pairs(rewards, config_.group_size);
+  actors::TrainMetrics m;
+  if (pairs.empty()) {
+    m.policy_version = state_.policy_version;
+    return m;
+  }
+  const actors::TrainBatch b = dpo_batch(rollout, ref_logp, pairs, config_.dpo_beta, config_.dpo_ipo, config_.micro_batches);
+  for (std::int32_t i = 0; i < std::max(1, config_.updates_per_batch); ++i)
+    m = trainer_.call(&actors::Trainer::train_step, b).get();
+  m.values["pairs"] = double(pairs.size() / 2);
+  return m;
+}
+
 // Through the versioned weight store: the trainer publishes, the rollout engine pulls (colocated:
 // no copy beyond the publish).
 void Grpo::sync_weights() {
@@ -244,7 +266,8 @@ StepRecord Grpo::step() {
   lap(time.reward);
   const auto ref_logp = reference_logprobs(rollout);
   lap(time.reference);
-  const auto metrics = update(rollout, ref_logp, advantages(rewards));
+  const auto metrics = config_.algorithm == "dpo" ? dpo_update(rollout, ref_logp, rewards)
+                                                  : update(rollout, ref_logp, advantages(rewards));
   lap(time.train);
   sync_weights();
   lap(time.sync);
@@ -255,6 +278,23 @@ StepRecord Grpo::step() {
   rec.seconds = time;
   rec.tokens_per_s = double(rollout.generated_tokens) / std::max(1e-9, time.total);
   return rec;
+}
+
+std::string summary_json_line(const RunSummary& s) {
+  auto tenth = [](double x) { return std::round(x * 10) / 10; };
+  nlohmann::ordered_json out;
+  out["sft_heldout_acc"] = s.sft_heldout_acc;
+  out["final_heldout_acc"] = s.final_heldout_acc;
+  out["sft_heldout_format"] = s.sft_heldout_format;
+  out["final_heldout_format"] = s.final_heldout_format;
+  out["steps"] = s.steps;
+  out["seconds"] = tenth(s.seconds);
+  out["sft_seconds"] = tenth(s.sft_seconds);
+  out["grpo_seconds"] = tenth(s.grpo_seconds);
+  out["metrics"] = s.metrics_path;
+  out["plot"] = s.plot_path;
+  out["checkpoint"] = s.checkpoint;
+  return out.dump();
 }
 
 // --- checkpoints --------------------------------------------------------------------------------------

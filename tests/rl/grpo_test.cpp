@@ -189,3 +189,28 @@ TEST_CASE("a program's own objective, registered at static initialisation, runs 
   CHECK(record_from_json_line(to_json_line(rec)).values.at("test_marker") == 7.0);
   std::filesystem::remove_all(config.run_dir);
 }
+
+TEST_CASE("algo.name dpo: each step pairs a prompt's correct and wrong samples and takes a DPO step on them") {
+  auto rt = troupe::Runtime::create().value();
+  auto config = tiny("troupe_dpo_steps");
+  config.sft.steps = 20;
+  config.steps = 3;
+  config.algorithm = "dpo";
+  Grpo grpo(rt, config);
+  grpo.warm_start();
+  const std::int64_t after_sft = grpo.state().policy_version;
+  std::int64_t updates = 0;
+  for (int s = 0; s < config.steps; ++s) {
+    auto rec = grpo.step();
+    if (rec.values.count("pairs") == 0) continue;   // no prompt had both: no update
+    CHECK(rec.values.at("pairs") >= 1.0);
+    CHECK(rec.values.count("reward_accuracy") == 1);
+    ++updates;
+  }
+  CHECK(updates >= 1);
+  CHECK(grpo.state().policy_version == after_sft + updates);
+  auto bad = config;
+  bad.algorithm = "ppo";   // not here yet
+  CHECK_THROWS_AS(Grpo(rt, bad), std::invalid_argument);
+  std::filesystem::remove_all(config.run_dir);
+}

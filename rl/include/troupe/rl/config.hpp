@@ -46,4 +46,9 @@ class ConfigSchema {
 // GrpoConfig's keys, in five parts: task.*, model.*, algo.* (SFT and GRPO), run.*, placement.*.
 ConfigSchema grpo_config_schema(GrpoConfig& config);
 
+// A program's command line applied to `schema`: "--config FILE" first, then each "--set KEY=VALUE"
+// in order (also "--config=FILE", "--set=KEY=VALUE"); other arguments are left for the program.
+// Throws std::invalid_argument as load_file and set do.
+void apply_command_line(ConfigSchema& schema, int argc, const char* const* argv);
+
 }  // namespace troupe::rl

@@ -50,6 +50,11 @@ struct GrpoConfig {
   // The advantage estimator, by name (advantages.hpp): "grpo", "rloo", "reinforce++",
   // "reinforce++_baseline", or one the program registers with TROUPE_ADVANTAGE_ESTIMATOR. It
   // must give one advantage per sample (a per-token one, GAE, needs a critic: PPO).
+  // What each step's update is: "grpo" (advantages, the objective below) or "dpo" (the step's own
+  // samples as preference pairs, preference_pairs/dpo_batch, against the reference: online DPO).
+  std::string algorithm = "grpo";
+  double dpo_beta = 0.1;
+  bool dpo_ipo = false;                  // IPO's squared loss instead of DPO's logistic one
   std::string advantage = "grpo";
   // The Trainer's objective, by name (actors/objective.hpp): "grpo", or one the program registers
   // at static initialisation (so that a Trainer in a worker process has it too). It reads the
@@ -109,6 +114,11 @@ struct RunSummary {
   bool resumed = false;                  // started from a checkpoint
 };
 
+// The summary as the programs print it, one JSON object on one line: sft_heldout_acc,
+// final_heldout_acc, sft_heldout_format, final_heldout_format, steps, seconds, sft_seconds,
+// grpo_seconds (the RL phase, whatever the algorithm), metrics, plot, checkpoint.
+std::string summary_json_line(const RunSummary& summary);
+
 class Grpo {
  public:
   // Spawns the four actors on `rt` and prepares the run directory. The runtime must outlive this.
@@ -135,6 +145,8 @@ class Grpo {
   std::vector<float> advantages(const std::vector<actors::RewardResult>& rewards);
   actors::TrainMetrics update(const actors::RolloutBatch& rollout, const TensorView& ref_logp,
                               const std::vector<float>& advantages);
+  actors::TrainMetrics dpo_update(const actors::RolloutBatch& rollout, const TensorView& ref_logp,
+                                  const std::vector<actors::RewardResult>& rewards);
   void sync_weights();
   void start_reference();
   void spawn_actors();
