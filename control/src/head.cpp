@@ -2,9 +2,15 @@
 // errors to status codes), the long polls, and the failure detector.
 #include "troupe/control/head.hpp"
 
+#include <poll.h>
 #include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <set>
@@ -87,6 +93,8 @@ Head::Head(HeadConfig config) : config_(std::move(config)) {
   options.heartbeat = std::max(std::chrono::milliseconds(50), config_.node_timeout / 5);
   options.send_timeout = std::chrono::milliseconds(2000);   // a peer that stops reading holds the head no longer
   detector_ = std::thread([this] { detector_loop(); });
+  owner_wake_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (owner_wake_ >= 0) owner_watch_ = std::thread([this] { owner_watch_loop(); });
   try {
     links_ = std::make_unique<net::LinkHub>(config_.token, net::self_identity("head"), options);
     link_address_ = links_->listen(config_.bind, [this](const std::shared_ptr<net::Link>& l) { on_link(l); });
@@ -107,11 +115,18 @@ void Head::stop() {
     stopping_ = true;
   }
   cv_.notify_all();
+  wake_owner_watch();
   if (server_) server_->stop();
   if (links_) links_->stop();
   if (detector_.joinable()) detector_.join();
+  if (owner_watch_.joinable()) owner_watch_.join();
   std::lock_guard lk(mu_);
+  for (auto& [l, peer] : peers_) {
+    if (peer.pidfd >= 0) ::close(peer.pidfd);
+  }
   peers_.clear();   // the links go before the hub that ran them
+  if (owner_wake_ >= 0) ::close(owner_wake_);
+  owner_wake_ = -1;
 }
 
 net::HttpResponse Head::route(const net::HttpRequest& req) {
@@ -439,6 +454,12 @@ void Head::hello(Peer& peer, const json& body) {
     peer.role = Peer::Role::Driver;
     peer.directory = true;
     peer.owner = state_->new_owner();
+    // Its process, when it runs on this host (the link's handshake named it): watched by its pid.
+    const auto& who = peer.link->peer();
+    if (who.pid != 0 && pid_t(who.pid) != ::getpid() && who.host == links_->self().host) {
+      peer.pidfd = int(::syscall(SYS_pidfd_open, pid_t(who.pid), 0));
+      if (peer.pidfd >= 0) wake_owner_watch();
+    }
     welcome = json{{"version", version_}, {"owner", peer.owner}};
   } else {
     throw ErrorException(Error{ControlCode::BadRequest, "unknown role '" + role + "'"});
@@ -476,6 +497,10 @@ void Head::on_link_closed(net::Link& link, net::LinkEnd end, const std::string& 
   if (it == peers_.end()) return;
   const Peer peer = it->second;
   peers_.erase(it);
+  if (peer.pidfd >= 0) {
+    ::close(peer.pidfd);
+    wake_owner_watch();
+  }
   // Closed here too: a node or worker already retired (nothing changes then), or one whose link
   // sent a bad message (it is lost like any other).
   (void)end;
@@ -493,6 +518,59 @@ void Head::on_link_closed(net::Link& link, net::LinkEnd end, const std::string& 
     }
   }
   changed();
+}
+
+void Head::wake_owner_watch() {
+  if (owner_wake_ < 0) return;
+  const std::uint64_t one = 1;
+  (void)!::write(owner_wake_, &one, sizeof one);
+}
+
+// Waits on the owners' pidfds and the wake eventfd: no clock. A process that exited ends what it
+// owns at once, as its link's end would.
+void Head::owner_watch_loop() {
+  for (;;) {
+    std::vector<pollfd> fds{{owner_wake_, POLLIN, 0}};
+    {
+      std::lock_guard lk(mu_);
+      if (stopping_) return;
+      for (const auto& [l, peer] : peers_) {
+        if (peer.pidfd >= 0) fds.push_back({peer.pidfd, POLLIN, 0});
+      }
+    }
+    if (::poll(fds.data(), fds.size(), -1) < 0) {
+      if (errno == EINTR) continue;
+      spdlog::error("head: the owners' watch stops: poll: {}", std::strerror(errno));
+      return;
+    }
+    if (fds[0].revents & POLLIN) {
+      std::uint64_t n = 0;
+      (void)!::read(owner_wake_, &n, sizeof n);
+    }
+    std::lock_guard lk(mu_);
+    if (stopping_) return;
+    bool any = false;
+    for (std::size_t i = 1; i < fds.size(); ++i) {
+      if (!(fds[i].revents & (POLLIN | POLLHUP))) continue;
+      for (auto& [l, peer] : peers_) {
+        if (peer.pidfd != fds[i].fd) continue;
+        ::close(peer.pidfd);
+        peer.pidfd = -1;
+        if (!net::peer_exited(peer.link->peer())) {   // /proc disagrees: leave it to its link
+          spdlog::warn("head: the pidfd of {} ({}) said it exited; /proc does not", peer.link->address(),
+                       peer.link->peer().role);
+          continue;
+        }
+        if (peer.owner != 0) {
+          (void)state_->owner_gone(peer.owner, "its owner's process exited");
+          peer.owner = 0;   // done: the link's end, when it comes, has nothing left to end
+          any = true;
+        }
+        peer.link->close("its process exited");
+      }
+    }
+    if (any) changed();
+  }
 }
 
 void Head::push() {

@@ -46,6 +46,25 @@ int owning_driver(const std::string& arg) {
 }
 TROUPE_TEST_HELPER("owning-driver", owning_driver);
 
+// A driver ("ADDRESS TOKEN") with an owned actor and a child process that inherits its sockets
+// (as a fork without exec does), so its link to the head does not end when it is killed; prints
+// "ACTOR CHILD_PID" once the actor is up.
+int forking_driver(const std::string& arg) {
+  std::istringstream in(arg);
+  troupe::RuntimeConfig cfg;
+  in >> cfg.address >> cfg.token;
+  auto rt = troupe::Runtime::create(cfg).value();
+  auto owned = rt.spawn<Store>(troupe::Options{}.resources("owned=1"), 1);
+  if (!owned.ready().wait_for(30s)) return 1;
+  const pid_t child = ::fork();
+  if (child == 0) {
+    for (;;) ::pause();   // async-signal-safe only: it holds the descriptors, nothing else
+  }
+  std::cout << owned.id() << ' ' << child << std::endl;
+  for (;;) ::pause();
+}
+TROUPE_TEST_HELPER("forking-driver", forking_driver);
+
 }  // namespace
 
 TEST_CASE("kill -9 of a driver: its actors and placement groups go and their resources come free, detached ones stay") {
@@ -110,6 +129,32 @@ TEST_CASE("kill -9 of a driver: its actors and placement groups go and their res
   CHECK(refused.find("no placement group " + std::to_string(kept_group)) != std::string::npos);
   cluster.cli(with({"actor", "kill", "nope"}), &rc);
   CHECK(rc != 0);
+}
+
+TEST_CASE("kill -9 of a driver whose link a child process keeps open: the head sees the process exit") {
+  itest::Cluster cluster;
+  cluster.add_node("CPU=2,owned=1");
+  int out = -1;
+  const pid_t driver = itest::start_helper("forking-driver", cluster.address() + " " + cluster.token(), &out);
+  std::istringstream ids(itest::read_line(out, 60s));
+  std::uint64_t owned = 0;
+  pid_t child = 0;
+  ids >> owned >> child;
+  REQUIRE(owned != 0);
+  REQUIRE(child > 0);
+  REQUIRE(::kill(driver, SIGKILL) == 0);   // its sockets live on in the child: no EOF at the head
+  ::waitpid(driver, nullptr, 0);
+  ::close(out);
+  const bool reaped = cluster.wait_until([&](const json& st) {
+    for (const auto& a : st["actors"]) {
+      if (a.value("id", std::uint64_t{0}) == owned) return a.value("state", "") == "dead";
+    }
+    return false;
+  }, 10s);
+  ::kill(child, SIGKILL);
+  CHECK(reaped);
+  // Reaped by its process's exit (the head's pidfd), not by the link's silence 2.5 s later.
+  CHECK(cluster.actor(owned).value("reason", "").find("process exited") != std::string::npos);
 }
 
 TEST_CASE("kill -9 of a worker restarts its actor until max_restarts, then calls fail with ActorDied") {

@@ -83,6 +83,7 @@ class Head {
     bool directory = false;                         // pushed the directory's changes (drivers, and
                                                     // workers whose link said hello as a driver first)
     std::shared_ptr<net::Link> link;
+    int pidfd = -1;                                 // an owner's process on this host, watched (owner_watch_loop)
   };
   void on_link(const std::shared_ptr<net::Link>& link);
   void on_link_message(net::Link& link, char kind, std::vector<char>& body);
@@ -92,6 +93,10 @@ class Head {
   void push();   // every queued order to its linked node or worker; links of the retired closed
   void push_directory();
   bool owner_linked(std::uint64_t owner) const;   // 0, or a driver link's owner that is open; mu_ held
+  // An owner on this host is also watched by its pid: its process's exit ends what it owns even if
+  // its link were to say nothing (the link's end and its silence are the other two ways).
+  void owner_watch_loop();
+  void wake_owner_watch();
 
   HeadConfig config_;
   std::unique_ptr<Store> store_;
@@ -103,6 +108,8 @@ class Head {
   std::map<const net::Link*, Peer> peers_;    // under mu_
   std::map<std::uint64_t, std::string> pushed_groups_;   // each group's state as last pushed; under mu_
   std::thread detector_;
+  int owner_wake_ = -1;   // eventfd: the owners' pidfds changed, or the head stops
+  std::thread owner_watch_;
   std::unique_ptr<net::LinkHub> links_;
   std::string link_address_;
   std::unique_ptr<net::HttpServer> server_;   // last: it calls into everything above
