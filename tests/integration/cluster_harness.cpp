@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iostream>
 #include <regex>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
@@ -157,7 +158,10 @@ Cluster::Cluster(const std::string& head_resources) {
 }
 
 Cluster::~Cluster() {
-  if (test_failed) print_logs(60);
+  if (test_failed) {
+    print_logs(60);
+    print_stacks();
+  }
   auto pids = daemon_pids();
   for (pid_t p : pids) ::kill(p, SIGCONT);   // a frozen daemon cannot stop its workers
   cli({"stop"});
@@ -185,6 +189,20 @@ void Cluster::print_logs(std::size_t tail_lines) const {
     const std::size_t from = lines.size() > tail_lines ? lines.size() - tail_lines : 0;
     std::cerr << "---- " << p.string() << " (last " << lines.size() - from << " of " << lines.size() << " lines)\n";
     for (std::size_t i = from; i < lines.size(); ++i) std::cerr << lines[i] << "\n";
+  }
+}
+
+void Cluster::print_stacks() const {
+  if (!fs::exists("/usr/bin/gdb")) return;
+  for (pid_t p : daemon_pids()) {   // where each daemon's threads are: a hang shows itself here
+    auto r = run({"/usr/bin/timeout", "30", "/usr/bin/gdb", "-p", std::to_string(p), "-batch", "-nx", "-ex",
+                  "set pagination off", "-ex", "thread apply all bt 8"},
+                 std::chrono::seconds(40));
+    std::cerr << "---- threads of daemon " << p << "\n";
+    std::istringstream lines(r.output);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("Thread ", 0) == 0 || line.rfind("#", 0) == 0) std::cerr << line.substr(0, 160) << "\n";
+    }
   }
 }
 

@@ -22,7 +22,7 @@ struct CommandResult {
 };
 
 // Set once an assertion of the running test has failed (integration_main.cpp's listener): a
-// Cluster destroyed then prints the tail of each daemon's log to stderr.
+// Cluster destroyed then prints the tail of each daemon's log and its threads' stacks to stderr.
 inline bool test_failed = false;
 
 // A driver runtime joined to `c`, with the given deadline for calls to worker actors.
@@ -60,6 +60,7 @@ class Cluster {
   nlohmann::json actor(std::uint64_t id) const;
   std::vector<pid_t> daemon_pids() const;   // the head's process and every node daemon's
   void print_logs(std::size_t tail_lines) const;   // each daemon's log, its last lines, to stderr
+  void print_stacks() const;   // each daemon's threads' backtraces (gdb), to stderr
 
  private:
   std::string dir_, address_, token_;
