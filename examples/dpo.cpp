@@ -20,14 +20,5 @@ int main(int argc, char** argv) {
     std::cerr << "dpo: " << e.what() << "\n";
     return 2;
   }
-  troupe::rl::RunSummary s;
-  try {
-    troupe::rl::Grpo driver(rt, config);
-    s = driver.run();
-  } catch (const std::exception& e) {
-    std::cerr << "dpo: " << e.what() << "\n";
-    return 1;
-  }
-  std::cout << troupe::rl::summary_json_line(s) << std::endl;
-  return 0;
+  return troupe::rl::run_and_report("dpo", rt, config);
 }

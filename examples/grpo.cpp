@@ -85,14 +85,5 @@ int main(int argc, char** argv) {
   mallopt(M_MMAP_THRESHOLD, 64 << 20);
   auto rt = troupe::init(argc, argv);
   auto config = parse(argc, argv);
-  troupe::rl::RunSummary s;
-  try {
-    troupe::rl::Grpo grpo(rt, config);
-    s = grpo.run();
-  } catch (const std::exception& e) {
-    std::cerr << "grpo: " << e.what() << "\n";
-    return 1;
-  }
-  std::cout << troupe::rl::summary_json_line(s) << std::endl;
-  return 0;
+  return troupe::rl::run_and_report("grpo", rt, config);
 }

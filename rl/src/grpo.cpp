@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -295,6 +296,19 @@ std::string summary_json_line(const RunSummary& s) {
   out["plot"] = s.plot_path;
   out["checkpoint"] = s.checkpoint;
   return out.dump();
+}
+
+int run_and_report(const std::string& program, Runtime& rt, const GrpoConfig& config) {
+  RunSummary s;
+  try {
+    Grpo driver(rt, config);
+    s = driver.run();
+  } catch (const std::exception& e) {
+    std::cerr << program << ": " << e.what() << "\n";
+    return 1;
+  }
+  std::cout << summary_json_line(s) << std::endl;
+  return 0;
 }
 
 // --- checkpoints --------------------------------------------------------------------------------------

@@ -119,6 +119,10 @@ struct RunSummary {
 // grpo_seconds (the RL phase, whatever the algorithm), metrics, plot, checkpoint.
 std::string summary_json_line(const RunSummary& summary);
 
+// The end of a program's main: runs the driver on `config` and prints summary_json_line on stdout;
+// 0, or 1 with "<program>: <why>" on stderr when the run fails.
+int run_and_report(const std::string& program, Runtime& rt, const GrpoConfig& config);
+
 class Grpo {
  public:
   // Spawns the four actors on `rt` and prepares the run directory. The runtime must outlive this.
