@@ -1,5 +1,6 @@
 #include "troupe/net/head_link.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "troupe/error.hpp"
@@ -90,6 +91,27 @@ HeadSession::HeadSession(LinkHub& hub, const std::string& address, const json& h
   }
 }
 
+std::vector<char> encode_log(const LogPiece& piece) {
+  std::vector<char> out(16 + piece.data.size());
+  for (int i = 0; i < 8; ++i) {
+    out[std::size_t(i)] = char((piece.job >> (8 * i)) & 0xff);
+    out[std::size_t(8 + i)] = char((piece.worker >> (8 * i)) & 0xff);
+  }
+  std::copy(piece.data.begin(), piece.data.end(), out.begin() + 16);
+  return out;
+}
+
+LogPiece decode_log(const std::vector<char>& body) {
+  if (body.size() < 16 || body.size() > 16 + kMaxLogPiece) throw std::runtime_error("a log piece of a bad size");
+  LogPiece p;
+  for (int i = 0; i < 8; ++i) {
+    p.job |= std::uint64_t(static_cast<unsigned char>(body[std::size_t(i)])) << (8 * i);
+    p.worker |= std::uint64_t(static_cast<unsigned char>(body[std::size_t(8 + i)])) << (8 * i);
+  }
+  p.data.assign(body.begin() + 16, body.end());
+  return p;
+}
+
 HeadSession::~HeadSession() { close(); }
 
 std::optional<HeadSession::Message> HeadSession::next(std::chrono::milliseconds timeout) {
@@ -105,6 +127,8 @@ std::optional<HeadSession::Message> HeadSession::next(std::chrono::milliseconds 
 }
 
 bool HeadSession::send(char kind, const json& body) { return link_ && link_->send(kind, encode_control(body)); }
+
+bool HeadSession::send_bytes(char kind, const std::vector<char>& body) { return link_ && link_->send(kind, body); }
 
 void HeadSession::close() {
   if (link_) link_->close("closed here");

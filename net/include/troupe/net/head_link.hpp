@@ -7,6 +7,9 @@
 //   'O' order      head -> process: a command (start_worker, kill_worker; spawn, kill, exit)
 //   'E' events     process -> head: {"events": [...]} (worker_exited; actor_ready, actor_failed)
 //   'D' directory  head -> driver: {"version", "actors": [...]}, the actors that changed
+//   'L' log        node -> head: a piece of a job's output, binary (encode_log): its driver's, or
+//                  whole lines of one of its worker processes; at most kMaxLogPiece bytes, so a
+//                  heartbeat never waits long behind one
 // Bodies are bounded (kMaxControlMessage); anything malformed closes that link only.
 //
 // HeadSession is the process side: it opens the link, says hello, waits for the welcome, and
@@ -36,6 +39,7 @@ inline constexpr char kWelcome = 'W';
 inline constexpr char kOrder = 'O';
 inline constexpr char kEvents = 'E';
 inline constexpr char kDirectory = 'D';
+inline constexpr char kLog = 'L';
 }  // namespace head_kind
 
 inline constexpr std::size_t kMaxControlMessage = 16u << 20;
@@ -44,6 +48,16 @@ inline constexpr std::size_t kMaxControlMessage = 16u << 20;
 // JSON, or not an object.
 nlohmann::json decode_control(const std::vector<char>& body);
 std::vector<char> encode_control(const nlohmann::json& body);
+
+// A log piece: the job, the worker process it came from (0: the job's driver), the bytes.
+inline constexpr std::size_t kMaxLogPiece = 64u << 10;
+struct LogPiece {
+  std::uint64_t job = 0;
+  std::uint64_t worker = 0;
+  std::string data;
+};
+std::vector<char> encode_log(const LogPiece& piece);
+LogPiece decode_log(const std::vector<char>& body);   // std::runtime_error when malformed or over the bound
 
 class HeadSession {
  public:
@@ -66,6 +80,7 @@ class HeadSession {
   std::optional<Message> next(std::chrono::milliseconds timeout);
   // Sends a message to the head; false once the link has ended.
   bool send(char kind, const nlohmann::json& body);
+  bool send_bytes(char kind, const std::vector<char>& body);   // a binary body (kLog)
   void close();
   bool ended() const;
   std::string address() const { return address_; }
