@@ -4,6 +4,12 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "troupe/net/http.hpp"
 
 namespace troupe::cli {
 
@@ -21,6 +27,19 @@ struct StartFlags : CommonFlags {
   std::string resources;                  // empty: detect
   bool block = false;
   int node_timeout_ms = 2500;
+  std::uint64_t max_package_bytes = std::uint64_t(1) << 30;   // head: a job package, at most
+  std::string work_dir;                   // the node's job directories; "": <session>/node-<pid>
+  std::string cache_dir;                  // its package cache; "": <work_dir>/packages
+};
+
+struct JobSubmitFlags : CommonFlags {
+  std::string name, submission_id, working_dir;
+  std::vector<std::string> env;                 // K=V
+  std::vector<std::string> metadata;            // K=V
+  std::string entrypoint_resources = "CPU=1";
+  int max_attempts = 1;
+  bool no_wait = false;
+  std::vector<std::string> entrypoint;          // after --
 };
 
 int start(const StartFlags& f);
@@ -30,6 +49,23 @@ int stop(const CommonFlags& f);
 // Removes what no driver owns any more (detached actors and groups) by hand.
 int actor_kill(const CommonFlags& f, std::uint64_t id, const std::string& reason);
 int group_remove(const CommonFlags& f, std::uint64_t id);
+
+// `troupe job ...` (job.cpp). ID is the job's number or its submission id.
+int job_submit(const JobSubmitFlags& f);
+int job_status(const CommonFlags& f, const std::string& id, bool json);
+int job_list(const CommonFlags& f, bool json);
+int job_logs(const CommonFlags& f, const std::string& id, bool follow);
+int job_stop(const CommonFlags& f, const std::string& id, double grace_s);
+int job_delete(const CommonFlags& f, const std::string& id);
+
+// The head's host and port (resolve_address); std::invalid_argument when there is none.
+std::pair<std::string, std::uint16_t> head_endpoint(const CommonFlags& f);
+// One call to the head's API: 0 and the JSON answer in *out, or 1 after printing the head's
+// refusal for any status but 200.
+int head_call(const CommonFlags& f, const std::string& method, const std::string& target, const nlohmann::json& body,
+              nlohmann::json* out);
+// Prints a non-200 answer's error on stderr; returns 1.
+int refused(const net::HttpResponse& res);
 
 // The token from --token, --token-file, TROUPE_TOKEN or this machine's latest session, in that
 // order; "" if none.

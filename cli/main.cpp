@@ -5,6 +5,9 @@
 //   troupe stop
 //   troupe actor kill ID [--reason R]
 //   troupe pg remove ID
+//   troupe job submit [--working-dir DIR] [--env K=V]... [--entrypoint-resources R] [--max-attempts K]
+//                     [--name N] [--submission-id ID] [--metadata K=V]... [--no-wait] -- CMD ARGS...
+//   troupe job status ID [--json] | list [--json] | logs ID [-f] | stop ID [--grace-s S] | delete ID
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
@@ -56,6 +59,10 @@ int main(int argc, char** argv) {
   s->add_option("--node-timeout-ms", start.node_timeout_ms, "Head: a node silent this long is dead")
       ->check(CLI::Range(200, 600000));
   s->add_flag("--block", start.block, "Stay in the foreground");
+  s->add_option("--max-package-bytes", start.max_package_bytes, "Head: the largest job package it takes (default 1 GiB)")
+      ->check(CLI::Range(std::uint64_t(1), std::uint64_t(1) << 40));
+  s->add_option("--work-dir", start.work_dir, "Node: where jobs' directories go (default <session>/node-<pid>)");
+  s->add_option("--cache-dir", start.cache_dir, "Node: where fetched job packages are kept (default <work-dir>/packages)");
 
   auto* st = app.add_subcommand("status", "Nodes and actors of the cluster");
   add_head(st, common);
@@ -78,6 +85,43 @@ int main(int argc, char** argv) {
   auto* remove = add_id_command(pg, "remove", "Remove a placement group: its bundles come free, its actors are killed",
                                 "The group's id (troupe status)", common, target);
 
+  auto* job = app.add_subcommand("job", "Jobs: a driver program run on a node of the cluster, watched and stopped from anywhere");
+  job->require_subcommand(1);
+  troupe::cli::JobSubmitFlags submit;
+  if (const char* v = std::getenv("TROUPE_TMPDIR")) submit.temp_dir = v;
+  auto* jsub = job->add_subcommand("submit", "Run CMD ARGS as a job's driver; follows its logs and exits with its status");
+  add_head(jsub, submit);
+  jsub->add_option("--name", submit.name, "A name to show");
+  jsub->add_option("--submission-id", submit.submission_id, "Makes the submit idempotent: the same id and spec is one job");
+  jsub->add_option("--working-dir", submit.working_dir, "Directory shipped to the nodes; the job runs in its copy")
+      ->check(CLI::ExistingDirectory);
+  jsub->add_option("--env", submit.env, "KEY=VALUE for the driver's environment (repeatable)");
+  jsub->add_option("--metadata", submit.metadata, "KEY=VALUE kept with the job (repeatable)");
+  jsub->add_option("--entrypoint-resources", submit.entrypoint_resources, "What the driver needs (default CPU=1)");
+  jsub->add_option("--max-attempts", submit.max_attempts, "Attempts in all; a failed driver is started again")
+      ->check(CLI::Range(1, 1000));
+  jsub->add_flag("--no-wait", submit.no_wait, "Print the job id (last line) and return at once");
+  jsub->add_option("entrypoint", submit.entrypoint, "-- CMD ARGS...")->required();
+  std::string job_ref;
+  bool follow = false;
+  double grace_s = 10;
+  auto job_id_command = [&](const char* verb, const char* what) {
+    auto* cmd = job->add_subcommand(verb, what);
+    add_head(cmd, common);
+    cmd->add_option("id", job_ref, "The job's id or submission id")->required();
+    return cmd;
+  };
+  auto* jstatus = job_id_command("status", "A job's state, attempts, exit code and times");
+  jstatus->add_flag("--json", as_json, "Print JSON for scripts");
+  auto* jlist = job->add_subcommand("list", "Every job the head knows");
+  add_head(jlist, common);
+  jlist->add_flag("--json", as_json, "Print JSON for scripts");
+  auto* jlogs = job_id_command("logs", "A job's driver output and its workers' (prefixed with their actors)");
+  jlogs->add_flag("-f,--follow", follow, "Follow until the job ends");
+  auto* jstop = job_id_command("stop", "SIGTERM the driver's process group, SIGKILL after the grace; waits for the end");
+  jstop->add_option("--grace-s", grace_s, "Seconds between SIGTERM and SIGKILL (default 10)")->check(CLI::Range(0.0, 3600.0));
+  auto* jdelete = job_id_command("delete", "Remove an ended job's record, logs and package");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -89,6 +133,12 @@ int main(int argc, char** argv) {
     if (sp->parsed()) return troupe::cli::stop(common);
     if (kill->parsed()) return troupe::cli::actor_kill(common, target, reason);
     if (remove->parsed()) return troupe::cli::group_remove(common, target);
+    if (jsub->parsed()) return troupe::cli::job_submit(submit);
+    if (jstatus->parsed()) return troupe::cli::job_status(common, job_ref, as_json);
+    if (jlist->parsed()) return troupe::cli::job_list(common, as_json);
+    if (jlogs->parsed()) return troupe::cli::job_logs(common, job_ref, follow);
+    if (jstop->parsed()) return troupe::cli::job_stop(common, job_ref, grace_s);
+    if (jdelete->parsed()) return troupe::cli::job_delete(common, job_ref);
   } catch (const std::exception& e) {
     std::cerr << "troupe: " << e.what() << "\n";
     return 1;

@@ -77,8 +77,13 @@ int run_daemon(const StartFlags& f, int ready_fd) {
       if (token.empty() || (f.token.empty() && f.token_file.empty() && !std::getenv("TROUPE_TOKEN"))) token = net::random_token();
       net::write_private_file((fs::path(session) / "token").string(), token + "\n");
       log_to((fs::path(session) / "logs" / "head.log").string());
-      control::HeadConfig hc{f.bind, static_cast<std::uint16_t>(f.port), token, session,
-                             std::chrono::milliseconds(f.node_timeout_ms)};
+      control::HeadConfig hc;
+      hc.bind = f.bind;
+      hc.port = static_cast<std::uint16_t>(f.port);
+      hc.token = token;
+      hc.session_dir = session;
+      hc.node_timeout = std::chrono::milliseconds(f.node_timeout_ms);
+      hc.max_package_bytes = f.max_package_bytes;
       head = std::make_unique<control::Head>(hc);
       head_port = head->port();
       head_host = f.bind == "0.0.0.0" ? "127.0.0.1" : f.bind;
@@ -95,7 +100,16 @@ int run_daemon(const StartFlags& f, int ready_fd) {
       if (!fs::exists(session)) session = net::make_session_dir(f.temp_dir);
       log_to((fs::path(session) / "logs" / ("node-" + std::to_string(::getpid()) + ".log")).string());
     }
-    control::NodeDaemon node({head_host, head_port, token, f.resources, f.head ? head_host : f.bind, session});
+    control::DaemonConfig dc;
+    dc.head_host = head_host;
+    dc.head_port = head_port;
+    dc.token = token;
+    dc.resources = f.resources;
+    dc.advertise = f.head ? head_host : f.bind;
+    dc.session_dir = session;
+    dc.work_dir = f.work_dir;
+    dc.cache_dir = f.cache_dir;
+    control::NodeDaemon node(dc);
     node.start(std::chrono::seconds(10));
     std::ofstream(pidf) << ::getpid() << "\n";
     if (f.head) {

@@ -78,25 +78,27 @@ void print_table(const json& s) {
 
 }  // namespace
 
-namespace {
-
-// One call to the head's API; prints the head's refusal and returns 1 for any status but 200.
-int head_call(const CommonFlags& f, const std::string& method, const std::string& target, const json& body, json* out) {
+std::pair<std::string, std::uint16_t> head_endpoint(const CommonFlags& f) {
   std::string address = resolve_address(f);
-  if (address.empty()) throw std::invalid_argument("no head address: pass --address HOST:PORT");
-  auto [host, port] = net::split_address(address);
-  auto res = net::http_call(host, port, method, target, body.is_null() ? "" : body.dump(), resolve_token(f),
-                            std::chrono::seconds(5));
-  json parsed = json::parse(res.body, nullptr, false);
-  if (res.status != 200) {
-    std::cerr << "troupe: the head refused: " << (parsed.is_object() ? parsed.value("error", res.body) : res.body) << "\n";
-    return 1;
-  }
-  if (out != nullptr) *out = std::move(parsed);
-  return 0;
+  if (address.empty()) throw std::invalid_argument("no head address: pass --address HOST:PORT (or start a cluster here)");
+  return net::split_address(address);
 }
 
-}  // namespace
+int refused(const net::HttpResponse& res) {
+  json parsed = json::parse(res.body, nullptr, false);
+  std::cerr << "troupe: the head refused (" << res.status << "): "
+            << (parsed.is_object() ? parsed.value("error", res.body) : res.body) << "\n";
+  return 1;
+}
+
+int head_call(const CommonFlags& f, const std::string& method, const std::string& target, const json& body, json* out) {
+  auto [host, port] = head_endpoint(f);
+  auto res = net::http_call(host, port, method, target, body.is_null() ? "" : body.dump(), resolve_token(f),
+                            std::chrono::seconds(5));
+  if (res.status != 200) return refused(res);
+  if (out != nullptr) *out = json::parse(res.body, nullptr, false);
+  return 0;
+}
 
 int actor_kill(const CommonFlags& f, std::uint64_t id, const std::string& reason) {
   json a;

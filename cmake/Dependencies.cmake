@@ -13,6 +13,7 @@ find_package(msgpack REQUIRED)                   # msgpackc-cxx (header-only)
 find_package(Boost 1.74 REQUIRED)                # Asio / Beast, header-only
 find_package(SQLite3 REQUIRED)
 find_package(OpenSSL 3.0 REQUIRED)              # HMAC-SHA256 of the links' handshake
+find_package(LibArchive REQUIRED)              # job packages (tar): packed by the CLI, checked and unpacked by the daemons
 find_package(doctest REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(nlohmann_json REQUIRED)

@@ -28,7 +28,7 @@ set(CPACK_COMPONENT_RUNTIME_DESCRIPTION "troupe: the actor runtime's shared libr
 set(CPACK_DEBIAN_DEV_PACKAGE_NAME libtroupe-dev)
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS
-    "troupe (= ${PROJECT_VERSION}), libcaf-dev, libucx-dev, libmsgpack-cxx-dev, libboost-dev, libsqlite3-dev, libssl-dev, libcli11-dev, nlohmann-json3-dev, libspdlog-dev, cmake, pkg-config")
+    "troupe (= ${PROJECT_VERSION}), libcaf-dev, libucx-dev, libmsgpack-cxx-dev, libboost-dev, libsqlite3-dev, libssl-dev, libarchive-dev, libcli11-dev, nlohmann-json3-dev, libspdlog-dev, cmake, pkg-config")
 set(CPACK_COMPONENT_DEV_DESCRIPTION "troupe: headers, CMake package and pkg-config file for building programs against troupe")
 
 set(CPACK_DEBIAN_RL_PACKAGE_NAME libtroupe-rl-dev)

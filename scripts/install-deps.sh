@@ -15,6 +15,7 @@ PACKAGES=(
   doctest-dev                # tests
   libsqlite3-dev             # the head's store
   libssl-dev                 # HMAC of the control plane's handshake (OpenSSL 3)
+  libarchive-dev             # job packages (tar)
   libcli11-dev               # CLI flags
   nlohmann-json3-dev         # JSON (HTTP bodies, metrics, bench output)
   libspdlog-dev              # logs

@@ -14,7 +14,7 @@ constexpr std::array<std::string_view, 7> kPlacement = {"", "InvalidArgument", "
 constexpr std::array<std::string_view, 4> kKernels = {"", "BadArguments", "Unavailable", "DeviceError"};
 constexpr std::array<std::string_view, 6> kTransport = {"", "BadDescriptor", "PeerGone", "Timeout", "Released", "Ucx"};
 constexpr std::array<std::string_view, 5> kWeights = {"", "NotFound", "Checksum", "Transfer", "Rejoin"};
-constexpr std::array<std::string_view, 5> kControl = {"", "Store", "BadRequest", "NotFound", "Conflict"};
+constexpr std::array<std::string_view, 6> kControl = {"", "Store", "BadRequest", "NotFound", "Conflict", "TooLarge"};
 constexpr std::array<std::string_view, 3> kNet = {"", "Unreachable", "Refused"};
 
 struct DomainInfo {

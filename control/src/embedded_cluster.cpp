@@ -28,7 +28,11 @@ class LocalCluster final : public EmbeddedCluster {
     head_ = std::make_unique<Head>(HeadConfig{"127.0.0.1", 0, token_, session_});
     std::ofstream(std::filesystem::path(session_) / "head_address") << head_->address() << "\n";
     std::ofstream(std::filesystem::path(session_) / "embedded") << ::getpid() << "\n";
-    node_ = std::make_unique<NodeDaemon>(DaemonConfig{"127.0.0.1", head_->port(), token_, "", "127.0.0.1", session_});
+    DaemonConfig dc;
+    dc.head_port = head_->port();
+    dc.token = token_;
+    dc.session_dir = session_;
+    node_ = std::make_unique<NodeDaemon>(dc);
     node_->start(std::chrono::seconds(10));
     spdlog::info("embedded cluster at {} (session {})", head_->address(), session_);
   }

@@ -16,6 +16,7 @@
 #include <set>
 
 #include "head_state.hpp"
+#include "job_logs.hpp"
 #include "troupe/ids.hpp"
 #include "troupe/net/address.hpp"
 #include "troupe/net/head_link.hpp"
@@ -87,6 +88,12 @@ Head::Head(HeadConfig config) : config_(std::move(config)) {
   std::filesystem::create_directories(config_.session_dir);
   store_ = open_sqlite_store((std::filesystem::path(config_.session_dir) / "store.db").string());
   state_ = std::make_unique<HeadState>(*store_);
+  logs_ = std::make_unique<JobLogs>((std::filesystem::path(config_.session_dir) / "jobs").string(),
+                                    config_.job_log_bytes, config_.job_logs_total_bytes);
+  for (const auto& [id, j] : state_->jobs().all()) {
+    if (!ended(j.state)) logs_->open(id);
+  }
+  std::filesystem::create_directories(std::filesystem::path(config_.session_dir) / "packages");
   store_->put_meta("started_ms", std::to_string(now_ms()));
   net::LinkOptions options;
   options.silence_limit = config_.node_timeout;   // a frozen daemon (SIGSTOP) is dead after this
@@ -98,7 +105,8 @@ Head::Head(HeadConfig config) : config_(std::move(config)) {
   try {
     links_ = std::make_unique<net::LinkHub>(config_.token, net::self_identity("head"), options);
     link_address_ = links_->listen(config_.bind, [this](const std::shared_ptr<net::Link>& l) { on_link(l); });
-    server_ = std::make_unique<net::HttpServer>(config_.bind, config_.port, [this](const net::HttpRequest& r) { return route(r); });
+    server_ = std::make_unique<net::HttpServer>(config_.bind, config_.port, [this](const net::HttpRequest& r) { return route(r); },
+                                                std::vector<std::string>{"/api/v1/packages/"});
   } catch (...) {
     stop();
     throw;
@@ -116,6 +124,7 @@ void Head::stop() {
   }
   cv_.notify_all();
   wake_owner_watch();
+  if (logs_) logs_->stop();   // followers of job logs return
   if (server_) server_->stop();
   if (links_) links_->stop();
   if (detector_.joinable()) detector_.join();
@@ -146,6 +155,8 @@ net::HttpResponse Head::route(const net::HttpRequest& req) {
     if (rest == "/placement_groups" && req.method == "POST") return create_group(json::parse(req.body));
     if (rest.rfind("/placement_groups/", 0) == 0) return route_group(req, rest.substr(17));
     if (rest.rfind("/actors/", 0) == 0) return route_actor(req, rest.substr(7));
+    if (rest == "/jobs" || rest.rfind("/jobs/", 0) == 0) return route_jobs(req, rest.substr(5));
+    if (rest.rfind("/packages/", 0) == 0) return route_package(req, rest.substr(10));
   } catch (const json::exception& e) {
     return control::error_reply(400, std::string("bad request body: ") + e.what());
   } catch (const ErrorException& e) {
@@ -373,6 +384,7 @@ void Head::changed() {
   ++version_;
   push();
   push_directory();
+  for (auto id : state_->take_ended_jobs()) logs_->close(id);   // its followers finish
   cv_.notify_all();
 }
 
@@ -393,6 +405,7 @@ void Head::on_link(const std::shared_ptr<net::Link>& link) {
 }
 
 void Head::on_link_message(net::Link& link, char kind, std::vector<char>& body) {
+  if (kind == net::head_kind::kLog) return on_log(link, body);
   json msg;
   try {
     msg = net::decode_control(body);
@@ -451,9 +464,19 @@ void Head::hello(Peer& peer, const json& body) {
     peer.id = id;
     welcome = json{{"state", std::string(to_string(*state))}};
   } else if (role == "driver") {
+    // A job's driver (TROUPE_JOB_ID and TROUPE_JOB_ATTEMPT in its environment) joins as its job's
+    // current attempt, and what it creates is the attempt's; any other driver is a job of its own.
+    const auto job = field<std::uint64_t>(body, "job", 0);
+    std::uint64_t owner = 0;
+    if (job != 0) {
+      auto connected = state_->driver_connected(job, field<std::int64_t>(body, "attempt", 0), body.value("pid", std::int64_t{0}));
+      if (!connected.ok()) throw ErrorException(connected.error());
+      owner = *connected;
+    }
     peer.role = Peer::Role::Driver;
     peer.directory = true;
-    peer.owner = state_->new_owner();
+    peer.job = job;
+    peer.owner = job != 0 ? owner : state_->new_owner();
     // Its process, when it runs on this host (the link's handshake named it): watched by its pid.
     const auto& who = peer.link->peer();
     if (who.pid != 0 && pid_t(who.pid) != ::getpid() && who.host == links_->self().host) {
@@ -471,7 +494,10 @@ void Head::events(Peer& peer, const json& body) {
   const json& list = events_of(body);
   if (peer.role == Peer::Role::Node) {
     for (const auto& e : list) {
-      if (!e.is_object() || e.value("kind", "") != "worker_exited") continue;
+      if (!e.is_object()) continue;
+      const std::string kind = e.value("kind", "");
+      if (kind.rfind("driver_", 0) == 0) job_events(peer.id, e);
+      if (kind != "worker_exited") continue;
       auto st = state_->worker_exited(peer.id, field<std::uint64_t>(e, "worker_id"), e.value("status", std::string("?")));
       if (!st.ok()) throw ErrorException(st.error());
     }

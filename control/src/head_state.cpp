@@ -13,10 +13,21 @@ std::int64_t now_ms() {
 
 std::string group_name(std::uint64_t id) { return "placement group " + std::to_string(id); }
 
+// A job's driver holds its resources in the scheduler under an id no actor has.
+constexpr std::uint64_t kJobSchedulingBase = std::uint64_t(1) << 62;
+std::uint64_t driver_slot(std::uint64_t job) { return kJobSchedulingBase + job; }
+bool is_driver_slot(std::uint64_t id) { return id >= kJobSchedulingBase; }
+
+std::vector<int> gpu_indices(const placement::Placement& p) {
+  std::vector<int> out;
+  for (const auto& g : p.gpus) out.push_back(g.index);
+  return out;
+}
+
 }  // namespace
 
 HeadState::HeadState(Store& store)
-    : nodes_(store), workers_(store), actors_(store), groups_(store), owners_(store, "next_owner") {
+    : nodes_(store), workers_(store), actors_(store), groups_(store), jobs_(store), owners_(store, "next_owner") {
   load(store);
 }
 
@@ -49,9 +60,18 @@ void HeadState::load(Store& store) {
     save_group(rec.id);
   }
   for (const ActorRecord& rec : store.actors()) restore_actor(actors_.restore(rec));
+  for (JobRecord rec : store.jobs()) {
+    JobRecord& j = jobs_.restore(std::move(rec));
+    if (ended(j.state) || j.node == 0) continue;   // ended, or waiting to start: scheduled below
+    // Its driver was started by a head before this one; drivers do not rejoin a new head yet.
+    j.state = JobState::Failed;
+    j.message = "the head restarted while its driver ran (drivers do not rejoin a restarted head yet)";
+    j.ended_ms = now_ms();
+    jobs_.save(j);
+  }
   after_release();
-  spdlog::info("head: loaded {} nodes, {} placement groups and {} actors from the store", nodes_.all().size(),
-               groups_.all().size(), actors_.all().size());
+  spdlog::info("head: loaded {} nodes, {} placement groups, {} actors and {} jobs from the store", nodes_.all().size(),
+               groups_.all().size(), actors_.all().size(), jobs_.all().size());
 }
 
 void HeadState::restore_actor(ActorRecord& a) {
@@ -154,7 +174,11 @@ void HeadState::node_dead(NodeManager::Node& n, const std::string& why) {
     spdlog::error("head: the scheduler could not retire node {}: {}", id, loss.error().to_string());
   } else {
     for (auto aid : loss->lost_actors) {   // the scheduler has let them go: nothing to release
-      if (ActorRecord* a = actors_.find(aid)) a->reserved = false;
+      if (is_driver_slot(aid)) {
+        if (JobRecord* j = jobs_.find(aid - kJobSchedulingBase)) j->placed = false;
+      } else if (ActorRecord* a = actors_.find(aid)) {
+        a->reserved = false;
+      }
     }
     for (auto gid : loss->re_reserved) {
       spdlog::info("head: {} lost bundles on node {}; reserved again elsewhere", group_name(gid), id);
@@ -167,6 +191,11 @@ void HeadState::node_dead(NodeManager::Node& n, const std::string& why) {
   }
   for (auto& [wid, w] : workers_.all()) {
     if (w.node == id) on_worker_lost(w, "its node " + std::to_string(id) + " died (" + why + ")");
+  }
+  for (auto& [jid, j] : jobs_.all()) {
+    if (j.launched && j.node == id && !ended(j.state)) {
+      attempt_ended(j, std::nullopt, std::nullopt, "its driver's node " + std::to_string(id) + " died (" + why + ")");
+    }
   }
 }
 
@@ -306,13 +335,17 @@ void HeadState::place_and_start(ActorRecord& a) {
   }
   a.reserved = true;
   a.bundle = placed->bundle ? placed->bundle->index : -1;
-  start_on_worker(worker_for(*placed, a.spec.binary), a);
+  start_on_worker(worker_for(*placed, a.spec), a);
 }
 
-WorkerManager::Worker& HeadState::worker_for(const placement::Placement& p, const std::string& binary) {
+WorkerManager::Worker& HeadState::worker_for(const placement::Placement& p, const SpawnSpec& spec) {
   if (Worker* w = workers_.for_process(p.worker.process)) return *w;
   Worker& w = workers_.add(p.node);
-  nodes_.command(p.node, NodeCommand{NodeCommand::Kind::StartWorker, w.id, binary});
+  NodeCommand start{NodeCommand::Kind::StartWorker, w.id, spec.binary};
+  start.job = spec.job;
+  if (const JobRecord* j = jobs_.find(spec.job)) start.package = j->spec.package;
+  start.gpus = gpu_indices(p);
+  nodes_.command(p.node, std::move(start));
   workers_.bind_process(p.worker.process, w.id);
   return w;
 }
@@ -382,6 +415,7 @@ void HeadState::after_release() {
       actors_.save(a);
     }
   }
+  schedule_jobs();
 }
 
 // ---- placement groups ---------------------------------------------------------------------------
@@ -433,6 +467,188 @@ std::pair<std::size_t, std::size_t> HeadState::owner_gone(std::uint64_t owner, c
   after_release();
   if (actors + groups > 0) spdlog::info("head: {}: {} actors killed, {} placement groups removed", why, actors, groups);
   return {actors, groups};
+}
+
+// ---- jobs ---------------------------------------------------------------------------------------
+
+Result<std::pair<const JobRecord*, bool>> HeadState::submit_job(JobSpec spec) {
+  if (JobRecord* known = jobs_.find_submission(spec.submission_id)) {
+    if (known->spec.to_json() != spec.to_json()) {
+      return Error{ControlCode::Conflict, "submission id '" + spec.submission_id + "' is job " +
+                                              std::to_string(known->id) + ", submitted with another spec"};
+    }
+    return std::pair<const JobRecord*, bool>{known, false};
+  }
+  JobRecord& j = jobs_.add(std::move(spec));
+  j.submitted_ms = now_ms();
+  j.owner = owners_.next();
+  j.message = "waiting to be scheduled";
+  spdlog::info("head: job {} submitted: {}", j.id, j.spec.entrypoint[0]);
+  schedule_jobs();
+  jobs_.save(j);
+  return std::pair<const JobRecord*, bool>{&j, true};
+}
+
+void HeadState::schedule_jobs() {
+  for (auto& [jid, j] : jobs_.all()) {
+    if (j.state != JobState::Pending || j.launched || j.stop_requested) continue;
+    placement::ActorRequest req{driver_slot(j.id), j.spec.resources, {}, false, {}, std::nullopt};
+    auto placed = scheduler_.place_actor(req);
+    if (!placed.ok()) {
+      std::string reason = "waiting for a node with " + j.spec.resources.to_string() + " free: " + placed.error().message;
+      if (reason != j.message) {
+        j.message = std::move(reason);
+        jobs_.save(j);
+      }
+      continue;
+    }
+    j.placed = j.launched = true;
+    j.node = placed->node;
+    j.attempts += 1;
+    j.driver_pid = 0;
+    j.message = "starting its driver on node " + std::to_string(j.node) + " (attempt " + std::to_string(j.attempts) +
+                " of " + std::to_string(j.spec.max_attempts) +
+                (j.last_failure.empty() ? std::string(")") : "; attempt " + std::to_string(j.attempts - 1) + " failed: " + j.last_failure + ")");
+    NodeCommand start{NodeCommand::Kind::StartDriver};
+    start.job = j.id;
+    start.attempt = j.attempts;
+    start.package = j.spec.package;
+    start.entrypoint = j.spec.entrypoint;
+    start.env = j.spec.env;
+    start.gpus = gpu_indices(*placed);
+    nodes_.command(j.node, std::move(start));
+    spdlog::info("head: job {}: {}", j.id, j.message);
+    jobs_.save(j);
+  }
+}
+
+Result<const JobRecord*> HeadState::stop_job(std::uint64_t id, std::int64_t grace_ms) {
+  JobRecord* j = jobs_.find(id);
+  if (j == nullptr) return Error{ControlCode::NotFound, "unknown job " + std::to_string(id)};
+  if (ended(j->state)) return j;
+  j->stop_requested = true;
+  if (!j->launched) {   // never ran (or between attempts): stopped now
+    attempt_ended(*j, std::nullopt, std::nullopt, "stopped before it ran");
+    return j;
+  }
+  NodeCommand stop{NodeCommand::Kind::StopDriver};
+  stop.job = j->id;
+  stop.attempt = j->attempts;
+  stop.grace_ms = grace_ms;
+  nodes_.command(j->node, std::move(stop));
+  j->message = "stopping (SIGTERM, then SIGKILL after " + std::to_string(grace_ms) + " ms)";
+  jobs_.save(*j);
+  return j;
+}
+
+Status HeadState::delete_job(std::uint64_t id) {
+  JobRecord* j = jobs_.find(id);
+  if (j == nullptr) return Error{ControlCode::NotFound, "unknown job " + std::to_string(id)};
+  if (!ended(j->state)) {
+    return Error{ControlCode::Conflict, "job " + std::to_string(id) + " is " + std::string(to_string(j->state)) +
+                                            ": stop it first"};
+  }
+  jobs_.remove(id);
+  return {};
+}
+
+JobRecord* HeadState::launched_job(std::uint64_t node, std::uint64_t job, std::int64_t attempt) {
+  JobRecord* j = jobs_.find(job);
+  if (j == nullptr || !j->launched || j->attempts != attempt || (node != 0 && j->node != node) || ended(j->state)) {
+    return nullptr;   // another attempt's, or stale
+  }
+  return j;
+}
+
+Result<std::uint64_t> HeadState::driver_connected(std::uint64_t job, std::int64_t attempt, std::int64_t pid) {
+  JobRecord* j = launched_job(0, job, attempt);
+  if (j == nullptr) {
+    return Error{ControlCode::Conflict, "job " + std::to_string(job) + " attempt " + std::to_string(attempt) +
+                                            " is not starting"};
+  }
+  if (j->state == JobState::Pending) {
+    j->state = JobState::Running;
+    if (j->started_ms == 0) j->started_ms = now_ms();
+    if (!j->stop_requested) j->message.clear();
+    spdlog::info("head: job {} is running (attempt {}, pid {})", j->id, attempt, pid);
+  }
+  if (pid != 0) j->driver_pid = pid;
+  jobs_.save(*j);
+  return j->owner;
+}
+
+void HeadState::driver_started(std::uint64_t node, std::uint64_t job, std::int64_t attempt, std::int64_t pid) {
+  JobRecord* j = launched_job(node, job, attempt);
+  if (j == nullptr) return;
+  j->driver_pid = pid;
+  if (j->state == JobState::Pending && !j->stop_requested) {
+    j->message = "its driver started on node " + std::to_string(node) + " (pid " + std::to_string(pid) +
+                 "); waiting for its runtime to connect";
+  }
+  jobs_.save(*j);
+}
+
+void HeadState::driver_progress(std::uint64_t node, std::uint64_t job, std::int64_t attempt, const std::string& message) {
+  JobRecord* j = launched_job(node, job, attempt);
+  if (j == nullptr || j->state != JobState::Pending || j->stop_requested) return;
+  j->message = message;
+  jobs_.save(*j);
+}
+
+void HeadState::driver_exited(std::uint64_t node, std::uint64_t job, std::int64_t attempt, const std::string& how) {
+  JobRecord* j = launched_job(node, job, attempt);
+  if (j == nullptr) return;
+  std::optional<int> code, sig;
+  std::string why;
+  try {
+    if (how.rfind("exit ", 0) == 0) code = std::stoi(how.substr(5));
+    else if (how.rfind("signal ", 0) == 0) sig = std::stoi(how.substr(7));
+  } catch (const std::exception&) {
+  }
+  if (code) why = "its driver exited with " + std::to_string(*code);
+  else if (sig) why = "its driver was killed by signal " + std::to_string(*sig);
+  else why = "its driver could not start: " + how;
+  attempt_ended(*j, code, sig, why);
+}
+
+void HeadState::attempt_ended(JobRecord& j, std::optional<int> exit_code, std::optional<int> signal, const std::string& why) {
+  if (j.placed) {
+    if (auto st = scheduler_.release_actor(driver_slot(j.id)); !st.ok()) {
+      spdlog::error("head: the scheduler did not hold job {}'s driver: {}", j.id, st.error().to_string());
+    }
+    j.placed = false;
+  }
+  j.launched = false;
+  j.exit_code = exit_code;
+  j.signal = signal;
+  const std::uint64_t old_owner = j.owner;
+  const bool attempted = j.attempts > 0;
+  if (j.stop_requested) {
+    j.state = JobState::Stopped;
+    j.message = "stopped" + (attempted && why != "stopped before it ran" ? " (" + why + ")" : std::string());
+  } else if (exit_code && *exit_code == 0) {
+    j.state = JobState::Succeeded;
+    j.message = why;
+  } else if (j.attempts < j.spec.max_attempts) {
+    j.state = JobState::Pending;
+    j.node = 0;
+    j.owner = owners_.next();   // the next attempt's creations are its own
+    j.last_failure = why;
+    j.message = "attempt " + std::to_string(j.attempts) + " of " + std::to_string(j.spec.max_attempts) +
+                " failed (" + why + "); waiting to start the next";
+  } else {
+    j.state = JobState::Failed;
+    j.message = why;
+  }
+  if (ended(j.state)) {
+    j.ended_ms = now_ms();
+    ended_jobs_.push_back(j.id);
+    spdlog::info("head: job {} {}: {}", j.id, to_string(j.state), j.message);
+  } else {
+    spdlog::warn("head: job {}: {}", j.id, j.message);
+  }
+  jobs_.save(j);
+  owner_gone(old_owner, "its job " + std::to_string(j.id) + (ended(j.state) ? " ended" : "'s attempt ended"));   // JOB-1
 }
 
 void HeadState::save_group(std::uint64_t id) {

@@ -1,6 +1,8 @@
-// The typed head: its four tables and the scheduler, and every state transition between them.
+// The typed head: its five tables and the scheduler, and every state transition between them.
 // Nodes join and die; workers start and exit; actors are placed, started, restarted (same id, next
-// incarnation: FT-2) or buried; placement groups reserve bundles (PG-1, PG-2). Built on a store,
+// incarnation: FT-2) or buried; placement groups reserve bundles (PG-1, PG-2); jobs' drivers are
+// placed like actors, started by a node's daemon, retried up to their attempts, and what a job
+// owns goes when it ends (JOB-1). Built on a store,
 // it loads the tables that store holds first (a head can reload): nodes that were alive get
 // node_timeout to be heard from again, groups and actors are put back where they were recorded.
 // No HTTP and no JSON here: head.cpp adapts requests to these calls. Not thread-safe: the head's
@@ -12,6 +14,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "head_tables.hpp"
@@ -64,6 +67,26 @@ class HeadState {
 
   // Owners (JOB-1): a driver's link gets one; what it creates goes when the link ends.
   std::uint64_t new_owner() { return owners_.next(); }
+
+  // Jobs. submit: the job and true, or the job already submitted under the same submission id
+  // with the same spec and false; Conflict for that id with another spec.
+  Result<std::pair<const JobRecord*, bool>> submit_job(JobSpec spec);
+  // A job that never started is Stopped at once; a started one's driver is sent SIGTERM (SIGKILL
+  // after `grace_ms`) and the job is Stopped when it has exited. An ended job is left as it is.
+  Result<const JobRecord*> stop_job(std::uint64_t id, std::int64_t grace_ms);
+  // Removes an ended job's record: NotFound, or Conflict for a live one.
+  Status delete_job(std::uint64_t id);
+  // Its driver's runtime joined (TROUPE_JOB_ID, TROUPE_JOB_ATTEMPT): Running; returns the owner id
+  // of what the attempt creates. Conflict when that attempt is not the one starting.
+  Result<std::uint64_t> driver_connected(std::uint64_t job, std::int64_t attempt, std::int64_t pid);
+  // What a node's daemon reports of a driver it was told to start: its pid, a step while it is
+  // being started (fetching its package), its end ("exit N", "signal N", or why it could not start).
+  void driver_started(std::uint64_t node, std::uint64_t job, std::int64_t attempt, std::int64_t pid);
+  void driver_progress(std::uint64_t node, std::uint64_t job, std::int64_t attempt, const std::string& message);
+  void driver_exited(std::uint64_t node, std::uint64_t job, std::int64_t attempt, const std::string& how);
+  JobManager& jobs() { return jobs_; }
+  // The jobs that ended since the last call.
+  std::vector<std::uint64_t> take_ended_jobs() { return std::exchange(ended_jobs_, {}); }
   // Kills the owner's actors and removes its placement groups; how many of each.
   std::pair<std::size_t, std::size_t> owner_gone(std::uint64_t owner, const std::string& why);
 
@@ -80,7 +103,7 @@ class HeadState {
   void load(Store& store);
   void restore_actor(ActorRecord& a);
   void place_and_start(ActorRecord& a);
-  Worker& worker_for(const placement::Placement& p, const std::string& binary);
+  Worker& worker_for(const placement::Placement& p, const SpawnSpec& spec);
   void start_on_worker(Worker& w, ActorRecord& a);
   void release(ActorRecord& a);                 // gives its resources back to the scheduler
   void on_worker_lost(Worker& w, const std::string& why);
@@ -89,13 +112,19 @@ class HeadState {
   void node_dead(NodeManager::Node& n, const std::string& why);
   void after_release();                         // room came free: waiting groups, then waiting actors
   void save_group(std::uint64_t id);
+  void schedule_jobs();                         // places waiting jobs' drivers and orders their start
+  // The current attempt of `j` ended: what it owns goes; it is retried, or the job ends.
+  void attempt_ended(JobRecord& j, std::optional<int> exit_code, std::optional<int> signal, const std::string& why);
+  JobRecord* launched_job(std::uint64_t node, std::uint64_t job, std::int64_t attempt);
 
   placement::Scheduler scheduler_;
   NodeManager nodes_;
   WorkerManager workers_;
   ActorManager actors_;
   GroupManager groups_;
+  JobManager jobs_;
   IdSequence owners_;
+  std::vector<std::uint64_t> ended_jobs_;
 };
 
 }  // namespace troupe::control

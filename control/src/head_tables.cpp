@@ -155,4 +155,43 @@ const GroupRecord* GroupManager::find(std::uint64_t id) const {
   return it == groups_.end() ? nullptr : &it->second;
 }
 
+// ---- jobs ----
+
+JobRecord& JobManager::add(JobSpec spec) {
+  JobRecord j;
+  j.id = ids_.next();
+  j.spec = std::move(spec);
+  auto [it, _] = jobs_.emplace(j.id, std::move(j));
+  return it->second;
+}
+
+JobRecord& JobManager::restore(JobRecord rec) {
+  ids_.at_least(rec.id + 1);
+  auto& slot = jobs_[rec.id];
+  slot = std::move(rec);
+  return slot;
+}
+
+JobRecord* JobManager::find(std::uint64_t id) {
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+JobRecord* JobManager::find_submission(const std::string& submission_id) {
+  if (submission_id.empty()) return nullptr;
+  for (auto& [id, j] : jobs_) {
+    if (j.spec.submission_id == submission_id) return &j;
+  }
+  return nullptr;
+}
+
+void JobManager::save(const JobRecord& j) {
+  write("a job", [&] { store_.put_job(j); });
+}
+
+void JobManager::remove(std::uint64_t id) {
+  jobs_.erase(id);
+  write("a job's removal", [&] { store_.remove_job(id); });
+}
+
 }  // namespace troupe::control

@@ -1,4 +1,4 @@
-// The head's tables, one manager each: nodes, workers, actors, placement groups. A manager holds
+// The head's tables, one manager each: nodes, workers, actors, placement groups, jobs. A manager holds
 // its records (numeric ids, enum states), hands out ids (kept in the store's meta, so that a head
 // started on the same store never reuses one) and writes its records through to the store. The
 // transitions that touch several tables are HeadState's. Not thread-safe: the head's mutex
@@ -122,6 +122,23 @@ class GroupManager {
  private:
   Store& store_;
   std::map<std::uint64_t, GroupRecord> groups_;
+};
+
+class JobManager {
+ public:
+  explicit JobManager(Store& store) : store_(store), ids_(store, "next_job") {}
+  JobRecord& add(JobSpec spec);            // a new job, Pending: the next id
+  JobRecord& restore(JobRecord rec);
+  JobRecord* find(std::uint64_t id);
+  JobRecord* find_submission(const std::string& submission_id);   // "" finds none
+  std::map<std::uint64_t, JobRecord>& all() { return jobs_; }
+  void save(const JobRecord& j);
+  void remove(std::uint64_t id);
+
+ private:
+  Store& store_;
+  IdSequence ids_;
+  std::map<std::uint64_t, JobRecord> jobs_;
 };
 
 }  // namespace troupe::control

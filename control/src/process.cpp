@@ -36,12 +36,15 @@ pid_t spawn_process(const ProcessSpec& spec) {
   for (auto& s : arg_strings) argv.push_back(s.data());
   argv.push_back(nullptr);
 
-  int log_fd = ::open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  const bool own_log = spec.output_fd < 0;
+  int log_fd = own_log ? ::open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : spec.output_fd;
   if (log_fd < 0) throw std::runtime_error("cannot open log " + spec.log_path + ": " + std::strerror(errno));
+  sigset_t none;
+  sigemptyset(&none);
   pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) {
-    ::close(log_fd);
+    if (own_log) ::close(log_fd);
     throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
   }
   if (pid == 0) {
@@ -50,6 +53,7 @@ pid_t spawn_process(const ProcessSpec& spec) {
       if (::getppid() != parent) ::_exit(1);   // the parent died before prctl took effect
     }
     ::setpgid(0, 0);   // its own group: a terminal's ^C reaches the daemon, which stops it cleanly
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);   // the daemon's blocked stop signals are not its
     ::dup2(log_fd, STDOUT_FILENO);
     ::dup2(log_fd, STDERR_FILENO);
     int null_fd = ::open("/dev/null", O_RDONLY);
@@ -57,10 +61,12 @@ pid_t spawn_process(const ProcessSpec& spec) {
     // No descriptor of the daemon's reaches the worker (its listening sockets, the head's when
     // they share a process, its links): only what is opened without CLOEXEC would, so close all.
     ::close_range(3, ~0u, 0);
-    ::execve(spec.binary.c_str(), argv.data(), envp.data());
+    if (!spec.cwd.empty() && ::chdir(spec.cwd.c_str()) != 0) ::_exit(127);
+    if (spec.search_path) ::execvpe(spec.binary.c_str(), argv.data(), envp.data());
+    else ::execve(spec.binary.c_str(), argv.data(), envp.data());
     ::_exit(127);
   }
-  ::close(log_fd);
+  if (own_log) ::close(log_fd);
   return pid;
 }
 

@@ -14,6 +14,7 @@ using json = nlohmann::json;
 constexpr std::array<std::string_view, 2> kNodeStates = {"alive", "dead"};
 constexpr std::array<std::string_view, 3> kWorkerStates = {"starting", "alive", "dead"};
 constexpr std::array<std::string_view, 4> kActorStates = {"pending", "alive", "restarting", "dead"};
+constexpr std::array<std::string_view, 5> kJobStates = {"PENDING", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED"};
 
 template <class E, std::size_t N>
 Result<E> parse_state(std::string_view text, const std::array<std::string_view, N>& names, const char* what) {
@@ -47,6 +48,8 @@ class Fields {
 std::string_view to_string(NodeState s) { return kNodeStates[std::size_t(s)]; }
 std::string_view to_string(WorkerState s) { return kWorkerStates[std::size_t(s)]; }
 std::string_view to_string(ActorState s) { return kActorStates[std::size_t(s)]; }
+std::string_view to_string(JobState s) { return kJobStates[std::size_t(s)]; }
+Result<JobState> parse_job_state(std::string_view text) { return parse_state<JobState>(text, kJobStates, "job"); }
 Result<NodeState> parse_node_state(std::string_view text) { return parse_state<NodeState>(text, kNodeStates, "node"); }
 Result<ActorState> parse_actor_state(std::string_view text) {
   return parse_state<ActorState>(text, kActorStates, "actor");
@@ -69,9 +72,13 @@ Result<SpawnSpec> SpawnSpec::from_json(const json& body) {
   s.colocate = f.get<bool>("colocate", false);
   s.colocate_with = f.get<std::uint64_t>("colocate_with", 0);
   s.owner = f.get<std::uint64_t>("owner", 0);
+  s.job = f.get<std::uint64_t>("job", 0);
   if (f.error()) return *f.error();
   if (s.type.empty()) return Error{ControlCode::BadRequest, "type must not be empty"};
   if (s.binary.empty()) return Error{ControlCode::BadRequest, "binary must not be empty"};
+  if (s.binary.front() != '/' && s.job == 0) {
+    return Error{ControlCode::BadRequest, "binary '" + s.binary + "' is relative: only a job's actor names a file of its package"};
+  }
   if (s.max_restarts < -1) return Error{ControlCode::BadRequest, "max_restarts must be -1 (unlimited) or more"};
   if (s.max_retries < 0) return Error{ControlCode::BadRequest, "max_retries must be 0 or more"};
   if (s.bundle_index < -1) return Error{ControlCode::BadRequest, "bundle_index must be -1 (any) or more"};
@@ -86,9 +93,56 @@ Result<SpawnSpec> SpawnSpec::from_json(const json& body) {
   return s;
 }
 
+Result<JobSpec> JobSpec::from_json(const json& body) {
+  if (!body.is_object()) return Error{ControlCode::BadRequest, "a job is a JSON object"};
+  Fields f(body);
+  JobSpec s;
+  s.entrypoint = f.get<std::vector<std::string>>("entrypoint");
+  s.name = f.get<std::string>("name", "");
+  s.submission_id = f.get<std::string>("submission_id", "");
+  s.package = f.get<std::string>("package", "");
+  s.env = f.get<std::map<std::string, std::string>>("env", std::map<std::string, std::string>{});
+  const auto resources = f.get<std::string>("entrypoint_resources", "CPU=1");
+  s.max_attempts = f.get<std::int64_t>("max_attempts", 1);
+  s.metadata = f.get<std::map<std::string, std::string>>("metadata", std::map<std::string, std::string>{});
+  if (f.error()) return *f.error();
+  if (s.entrypoint.empty() || s.entrypoint[0].empty()) {
+    return Error{ControlCode::BadRequest, "entrypoint must be a non-empty argv array"};
+  }
+  if (s.max_attempts < 1 || s.max_attempts > 1000) return Error{ControlCode::BadRequest, "max_attempts must be 1 to 1000"};
+  if (!s.package.empty() && s.package.size() != 64) return Error{ControlCode::BadRequest, "package must be a SHA-256 digest in hex"};
+  for (char c : s.package) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return Error{ControlCode::BadRequest, "package must be a SHA-256 digest in hex"};
+  }
+  for (const auto& [k, v] : s.env) {
+    if (k.empty() || k.find('=') != std::string::npos) return Error{ControlCode::BadRequest, "bad environment variable name '" + k + "'"};
+    if (k.rfind("TROUPE_", 0) == 0) return Error{ControlCode::BadRequest, "env may not set " + k + ": troupe sets it"};
+  }
+  if (s.submission_id.size() > 256) return Error{ControlCode::BadRequest, "submission_id is over 256 characters"};
+  auto parsed = placement::Resources::parse(resources);
+  if (!parsed.ok()) return Error{ControlCode::BadRequest, "bad entrypoint_resources '" + resources + "': " + parsed.error().message};
+  s.resources = *parsed;
+  return s;
+}
+
+json JobSpec::to_json() const {
+  return json{{"entrypoint", entrypoint}, {"name", name}, {"submission_id", submission_id}, {"package", package},
+              {"env", env}, {"entrypoint_resources", resources.to_string()}, {"max_attempts", max_attempts},
+              {"metadata", metadata}};
+}
+
 json NodeCommand::to_json() const {
-  if (kind == Kind::StartWorker) return json{{"kind", "start_worker"}, {"worker_id", worker}, {"binary", binary}};
-  return json{{"kind", "kill_worker"}, {"worker_id", worker}};
+  switch (kind) {
+    case Kind::StartWorker:
+      return json{{"kind", "start_worker"}, {"worker_id", worker}, {"binary", binary}, {"job", job},
+                  {"package", package}, {"gpus", gpus}};
+    case Kind::KillWorker: return json{{"kind", "kill_worker"}, {"worker_id", worker}};
+    case Kind::StartDriver:
+      return json{{"kind", "start_driver"}, {"job", job}, {"attempt", attempt}, {"package", package},
+                  {"entrypoint", entrypoint}, {"env", env}, {"gpus", gpus}};
+    case Kind::StopDriver: break;
+  }
+  return json{{"kind", "stop_driver"}, {"job", job}, {"attempt", attempt}, {"grace_ms", grace_ms}};
 }
 
 WorkerCommand WorkerCommand::spawn(const ActorRecord& a) {

@@ -9,7 +9,7 @@
 namespace troupe::control {
 namespace {
 
-constexpr const char* kSchemaVersion = "3";   // 3: actors and groups have an owner
+constexpr const char* kSchemaVersion = "4";   // 3: actors and groups have an owner; 4: jobs
 
 const char* const kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS nodes (
@@ -19,10 +19,15 @@ CREATE TABLE IF NOT EXISTS actors (
   id INTEGER PRIMARY KEY, type TEXT, name TEXT, ctor_signature TEXT, ctor_args BLOB, binary TEXT,
   resources TEXT, max_restarts INTEGER, max_retries INTEGER, placement_group INTEGER, bundle_index INTEGER,
   colocate INTEGER, colocate_with INTEGER, state TEXT, node INTEGER, worker INTEGER, bundle INTEGER,
-  reserved INTEGER, pid INTEGER, gateway TEXT, incarnation INTEGER, restarts INTEGER, reason TEXT, owner INTEGER);
+  reserved INTEGER, pid INTEGER, gateway TEXT, incarnation INTEGER, restarts INTEGER, reason TEXT, owner INTEGER,
+  job INTEGER);
 CREATE TABLE IF NOT EXISTS placement_groups (
   id INTEGER PRIMARY KEY, name TEXT, strategy TEXT, bundles TEXT, wait INTEGER, bundle_nodes TEXT, owner INTEGER);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS jobs (
+  id INTEGER PRIMARY KEY, spec TEXT, state TEXT, message TEXT, exit_code INTEGER, signal INTEGER, node INTEGER,
+  driver_pid INTEGER, attempts INTEGER, submitted_ms INTEGER, started_ms INTEGER, ended_ms INTEGER, owner INTEGER,
+  stop_requested INTEGER);
 )sql";
 
 Error bad_row(const char* table, std::int64_t id, const std::string& why) {
@@ -77,6 +82,7 @@ class Statement {
     return p ? std::string(p, std::size_t(sqlite3_column_bytes(stmt_, col))) : std::string();
   }
   std::int64_t integer(int col) const { return sqlite3_column_int64(stmt_, col); }
+  bool is_null(int col) const { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
 
  private:
   sqlite3* db_;
@@ -133,7 +139,7 @@ class SqliteStore final : public Store {
 
   void put_actor(const ActorRecord& a) override {
     std::lock_guard lk(mu_);
-    Statement s(db_, "INSERT OR REPLACE INTO actors VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    Statement s(db_, "INSERT OR REPLACE INTO actors VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
     const SpawnSpec& p = a.spec;
     s.bind(1, std::int64_t(a.id)).bind(2, p.type).bind(3, p.name).bind(4, p.ctor_signature)
         .bind_blob(5, p.ctor_args.data(), p.ctor_args.size()).bind(6, p.binary).bind(7, p.resources.to_string())
@@ -142,7 +148,7 @@ class SqliteStore final : public Store {
         .bind(13, std::int64_t(p.colocate_with)).bind(14, std::string(to_string(a.state)))
         .bind(15, std::int64_t(a.node)).bind(16, std::int64_t(a.worker)).bind(17, std::int64_t(a.bundle))
         .bind(18, std::int64_t(a.reserved)).bind(19, a.pid).bind(20, a.gateway).bind(21, std::int64_t(a.incarnation))
-        .bind(22, a.restarts).bind(23, a.reason).bind(24, std::int64_t(p.owner));
+        .bind(22, a.restarts).bind(23, a.reason).bind(24, std::int64_t(p.owner)).bind(25, std::int64_t(p.job));
     s.step("put_actor");
   }
 
@@ -150,7 +156,7 @@ class SqliteStore final : public Store {
     std::lock_guard lk(mu_);
     Statement s(db_, "SELECT id,type,name,ctor_signature,ctor_args,binary,resources,max_restarts,max_retries,"
                      "placement_group,bundle_index,colocate,colocate_with,state,node,worker,bundle,reserved,pid,gateway,"
-                     "incarnation,restarts,reason,owner FROM actors ORDER BY id");
+                     "incarnation,restarts,reason,owner,job FROM actors ORDER BY id");
     std::vector<ActorRecord> out;
     while (s.step("actors")) {
       ActorRecord a;
@@ -181,6 +187,7 @@ class SqliteStore final : public Store {
       a.restarts = s.integer(21);
       a.reason = s.text(22);
       p.owner = std::uint64_t(s.integer(23));
+      p.job = std::uint64_t(s.integer(24));
       out.push_back(std::move(a));
     }
     return out;
@@ -230,6 +237,54 @@ class SqliteStore final : public Store {
     return out;
   }
 
+  void put_job(const JobRecord& j) override {
+    std::lock_guard lk(mu_);
+    Statement s(db_, "INSERT OR REPLACE INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    s.bind(1, std::int64_t(j.id)).bind(2, j.spec.to_json().dump()).bind(3, std::string(to_string(j.state)))
+        .bind(4, j.message);
+    if (j.exit_code) s.bind(5, std::int64_t(*j.exit_code));
+    if (j.signal) s.bind(6, std::int64_t(*j.signal));
+    s.bind(7, std::int64_t(j.node)).bind(8, j.driver_pid).bind(9, j.attempts).bind(10, j.submitted_ms)
+        .bind(11, j.started_ms).bind(12, j.ended_ms).bind(13, std::int64_t(j.owner))
+        .bind(14, std::int64_t(j.stop_requested));
+    s.step("put_job");
+  }
+
+  void remove_job(std::uint64_t id) override {
+    std::lock_guard lk(mu_);
+    Statement s(db_, "DELETE FROM jobs WHERE id=?");
+    s.bind(1, std::int64_t(id));
+    s.step("remove_job");
+  }
+
+  std::vector<JobRecord> jobs() override {
+    std::lock_guard lk(mu_);
+    Statement s(db_, "SELECT id,spec,state,message,exit_code,signal,node,driver_pid,attempts,submitted_ms,started_ms,"
+                     "ended_ms,owner,stop_requested FROM jobs ORDER BY id");
+    std::vector<JobRecord> out;
+    while (s.step("jobs")) {
+      JobRecord j;
+      const std::int64_t id = s.integer(0);
+      j.id = std::uint64_t(id);
+      const auto spec = nlohmann::json::parse(s.text(1), nullptr, false);
+      j.spec = must(JobSpec::from_json(spec), "jobs", id);
+      j.state = must(parse_job_state(s.text(2)), "jobs", id);
+      j.message = s.text(3);
+      if (!s.is_null(4)) j.exit_code = int(s.integer(4));
+      if (!s.is_null(5)) j.signal = int(s.integer(5));
+      j.node = std::uint64_t(s.integer(6));
+      j.driver_pid = s.integer(7);
+      j.attempts = s.integer(8);
+      j.submitted_ms = s.integer(9);
+      j.started_ms = s.integer(10);
+      j.ended_ms = s.integer(11);
+      j.owner = std::uint64_t(s.integer(12));
+      j.stop_requested = s.integer(13) != 0;
+      out.push_back(std::move(j));
+    }
+    return out;
+  }
+
   void put_meta(const std::string& key, const std::string& value) override {
     std::lock_guard lk(mu_);
     Statement s(db_, "INSERT OR REPLACE INTO meta VALUES (?,?)");
@@ -263,6 +318,12 @@ class SqliteStore final : public Store {
       Statement s(db_, "SELECT value FROM meta WHERE key='schema'");
       if (s.step("schema")) found = s.text(0);
     } catch (const ErrorException&) {   // no meta table: not a store of this version
+    }
+    if (found == "3") {   // the version before jobs: the new table and column, nothing else changes
+      exec("ALTER TABLE actors ADD COLUMN job INTEGER;");
+      exec(kSchema);
+      exec((std::string("UPDATE meta SET value='") + kSchemaVersion + "' WHERE key='schema';").c_str());
+      return;
     }
     if (found != kSchemaVersion) {
       throw ErrorException(Error{ControlCode::Store, "store " + path + " has schema '" + found + "', this troupe reads " +

@@ -68,6 +68,7 @@ enum class ControlCode : std::uint16_t {
   BadRequest,           // a request to the head is malformed: a field missing, of the wrong type or out of range. Retry: never.
   NotFound,             // the request names no node, worker, actor or placement group the head knows. Retry: never.
   Conflict,             // the target's state forbids it (colocating with an actor that is not running). Retry: after it changes.
+  TooLarge,             // a body over the head's bound (a job package over its size limit). Retry: never, as it is.
 };
 
 // net/: what troupe processes speak to each other.

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "cluster/peers.hpp"
@@ -27,10 +28,42 @@ using json = nlohmann::json;
 // misleads. (A peer on this host whose pid ended, or one that fell silent, is dead at once.)
 constexpr auto kLinkGrace = std::chrono::seconds(10);
 
+std::uint64_t env_number(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == 0) return 0;
+  try {
+    return std::stoull(v);
+  } catch (const std::exception&) {
+    throw CallError(Error{ErrorCode::BadArguments, std::string(name) + " is not a number: " + v});
+  }
+}
+
+// The job this process belongs to (TROUPE_JOB_ID, set by the node daemon that started it), 0: none.
+std::uint64_t own_job() { return env_number("TROUPE_JOB_ID"); }
+
+// The binary worker processes run: this one. In a job whose package holds it, named relative to
+// the job's directory, so each node runs its own copy of the package (never this node's path).
 std::string self_binary() {
   std::error_code ec;
   auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string() : p.string();
+  if (ec) return std::string();
+  if (const char* dir = std::getenv("TROUPE_JOB_DIR"); dir != nullptr && own_job() != 0) {
+    const auto root = std::filesystem::weakly_canonical(dir, ec);
+    const auto rel = p.lexically_relative(root);
+    if (!ec && !rel.empty() && *rel.begin() != "..") return rel.string();
+  }
+  return p.string();
+}
+
+// The hello of a driver: a job's current attempt says which (TROUPE_JOB_ATTEMPT is the driver's
+// alone; the job's worker processes carry TROUPE_JOB_ID only).
+json driver_hello() {
+  json hello{{"role", "driver"}, {"pid", ::getpid()}};
+  if (const auto attempt = env_number("TROUPE_JOB_ATTEMPT"); attempt != 0 && own_job() != 0) {
+    hello["job"] = own_job();
+    hello["attempt"] = attempt;
+  }
+  return hello;
 }
 
 }  // namespace
@@ -40,8 +73,7 @@ ClusterClient::ClusterClient(detail::RuntimeImpl& rt, Peers& peers, HeadEndpoint
     : rt_(rt), peers_(peers), head_(std::move(head)), timer_(timer), call_timeout_(call_timeout) {
   const auto link = call_head("GET", "/api/v1/link", nullptr).value("link", "");
   try {
-    session_ = std::make_unique<net::HeadSession>(peers_.hub(), link, json{{"role", "driver"}, {"pid", ::getpid()}},
-                                                  std::chrono::seconds(10));
+    session_ = std::make_unique<net::HeadSession>(peers_.hub(), link, driver_hello(), std::chrono::seconds(10));
   } catch (const ErrorException& e) {   // NetCode: Unreachable, Refused
     throw CallError(Error{ErrorCode::Unavailable, "the head's link at " + link + ": " + e.error().message});
   }
@@ -99,7 +131,7 @@ std::shared_ptr<detail::ActorCell> ClusterClient::spawn(const detail::ActorTypeI
            {"max_retries", opts.max_retries()}, {"resources", opts.resource_text()}, {"binary", self_binary()},
            {"colocate_with", opts.colocate_with()}, {"placement_group", opts.placement_group()},
            {"bundle_index", opts.bundle_index()}, {"colocate", opts.colocate()},
-           {"owner", opts.lifetime_detached() ? 0 : owner_}};
+           {"owner", opts.lifetime_detached() ? 0 : owner_}, {"job", own_job()}};
   auto res = call_head("POST", "/api/v1/actors", req);
   auto id = res.at("actor_id").get<std::uint64_t>();
   auto cell = make_cell(id, type.name, opts.name(), opts.max_retries(), opts.call_timeout());

@@ -3,7 +3,7 @@
 // link to it (net/head_link.hpp): they say who they are once and are then pushed their orders and
 // the directory's changes as they happen; a node whose link ends or falls silent is dead. The
 // HTTP API serves operators and clients that are no troupe process (CLI, spawn and kill, groups,
-// status). Both need the cluster token (SEC-1). The state is HeadState's (typed managers and their
+// status, jobs and their packages and logs: head_jobs.cpp). Both need the cluster token (SEC-1). The state is HeadState's (typed managers and their
 // transitions, in memory, written through to the Store: SQLite, WAL); this class adapts requests
 // and link messages to it. A head started on a session directory that holds a store loads it.
 #pragma once
@@ -33,6 +33,7 @@ inline net::HttpResponse error_reply(int status, const std::string& message) {
 }
 
 class HeadState;
+class JobLogs;
 
 struct HeadConfig {
   std::string bind = "127.0.0.1";
@@ -41,6 +42,9 @@ struct HeadConfig {
   std::string session_dir;                             // holds store.db
   std::chrono::milliseconds node_timeout{2500};        // a node's link silent this long: the node is
                                                        // dead (a loaded node: no link this long)
+  std::uint64_t max_package_bytes = std::uint64_t(1) << 30;   // a job package's archive, at most
+  std::uint64_t job_log_bytes = std::uint64_t(64) << 20;      // one job's log, at most
+  std::uint64_t job_logs_total_bytes = std::uint64_t(1) << 30;   // all jobs' logs; past it the oldest ended go
 };
 
 class Head {
@@ -69,6 +73,18 @@ class Head {
   net::HttpResponse directory(const net::HttpRequest& req);
   net::HttpResponse status();
 
+  // Jobs and their packages (head_jobs.cpp).
+  net::HttpResponse route_jobs(const net::HttpRequest& req, const std::string& rest);
+  net::HttpResponse route_package(const net::HttpRequest& req, const std::string& digest);
+  net::HttpResponse put_package(const net::HttpRequest& req, const std::string& digest);
+  net::HttpResponse submit_job(const nlohmann::json& body);
+  net::HttpResponse job_logs(std::uint64_t id, const net::HttpRequest& req);
+  nlohmann::json job_json(const JobRecord& j) const;
+  std::uint64_t job_id(const std::string& text);   // a number, or a submission id; 0: none; mu_ held
+  std::string package_path(const std::string& digest) const;
+  void on_log(net::Link& link, std::vector<char>& body);
+  void job_events(std::uint64_t node, const nlohmann::json& e);   // a driver_* event of a node; mu_ held
+
   nlohmann::json actor_json(const ActorRecord& a) const;
   nlohmann::json node_json(std::uint64_t id);
   nlohmann::json group_json(const placement::GroupView& g) const;
@@ -84,6 +100,7 @@ class Head {
                                                     // workers whose link said hello as a driver first)
     std::shared_ptr<net::Link> link;
     int pidfd = -1;                                 // an owner's process on this host, watched (owner_watch_loop)
+    std::uint64_t job = 0;                          // a job's driver: that job
   };
   void on_link(const std::shared_ptr<net::Link>& link);
   void on_link_message(net::Link& link, char kind, std::vector<char>& body);
@@ -105,6 +122,7 @@ class Head {
   bool stopping_ = false;
   std::uint64_t version_ = 1;
   std::unique_ptr<HeadState> state_;          // the typed head (head_state.hpp); under mu_
+  std::unique_ptr<JobLogs> logs_;             // thread-safe on its own
   std::map<const net::Link*, Peer> peers_;    // under mu_
   std::map<std::uint64_t, std::string> pushed_groups_;   // each group's state as last pushed; under mu_
   std::thread detector_;

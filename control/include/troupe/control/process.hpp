@@ -1,5 +1,7 @@
-// Starting and reaping child processes (worker processes of a node daemon). The only place
-// troupe forks, so a test can see every OS effect of the daemon in one file.
+// Starting and reaping child processes (worker processes and job drivers of a node daemon). The
+// only place troupe forks, so a test can see every OS effect of the daemon in one file. Every
+// child leads a process group of its own (a job's stop signals the whole group) and starts with
+// no signal blocked (the daemon blocks its stop signals for sigtimedwait).
 #pragma once
 
 #include <sys/types.h>
@@ -15,12 +17,16 @@ struct ProcessSpec {
   std::string binary;
   std::vector<std::string> args;             // argv[1..]
   std::map<std::string, std::string> env;    // added to (or replacing in) the parent's environment
-  std::string log_path;                      // stdout and stderr, appended
+  std::string log_path;                      // stdout and stderr, appended (when output_fd < 0)
+  int output_fd = -1;                        // else stdout and stderr go here (a pipe's write end)
+  std::string cwd;                           // "": the daemon's
+  bool search_path = false;                  // a binary without '/' is looked up in PATH
   bool die_with_parent = true;               // SIGKILL the child if the daemon dies (PR_SET_PDEATHSIG)
 };
 
-// Forks and execs. Returns the pid; throws std::runtime_error if the log cannot be opened or
-// fork fails. A binary that cannot be executed shows as the child exiting with status 127.
+// Forks and execs. Returns the pid (also its process group's id); throws std::runtime_error if the
+// log cannot be opened or fork fails. A binary that cannot be executed, or a cwd that cannot be
+// entered, shows as the child exiting with status 127.
 pid_t spawn_process(const ProcessSpec& spec);
 
 // Reaps `pid` if it has exited; returns a description ("exit 0", "signal 9") or nullopt while

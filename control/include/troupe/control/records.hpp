@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -22,14 +23,20 @@ enum class WorkerState : std::uint8_t { Starting, Alive, Dead };
 // Pending: placed or waiting for room, not yet running. Restarting: its process died and it is
 // being started again (same id, next incarnation: FT-2). Dead is final.
 enum class ActorState : std::uint8_t { Pending, Alive, Restarting, Dead };
+// A job: Pending (always with its reason) until its driver's runtime connects, Running until the
+// driver exits; then Succeeded, Failed (exit code or signal, and a message) or Stopped, final.
+enum class JobState : std::uint8_t { Pending, Running, Succeeded, Failed, Stopped };
+inline bool ended(JobState s) { return s != JobState::Pending && s != JobState::Running; }
 
 // "alive", "dead", ... as the API and the store spell them.
 std::string_view to_string(NodeState s);
 std::string_view to_string(WorkerState s);
 std::string_view to_string(ActorState s);
+std::string_view to_string(JobState s);       // "PENDING", "RUNNING", ... (as Ray's jobs spell them)
 // ControlCode::BadRequest for any other text.
 Result<NodeState> parse_node_state(std::string_view text);
 Result<ActorState> parse_actor_state(std::string_view text);
+Result<JobState> parse_job_state(std::string_view text);
 
 // What an actor is and how to run it: the spawn request, checked once where it enters the head.
 struct SpawnSpec {
@@ -47,6 +54,8 @@ struct SpawnSpec {
   std::uint64_t colocate_with = 0;      // 0: none; else run in that actor's worker process
   std::uint64_t owner = 0;              // the driver link that created it: it goes when that link
                                         // ends (JOB-1); 0: detached, removed only by hand
+  std::uint64_t job = 0;                // the job whose process created it, 0: none; a relative
+                                        // `binary` names a file of that job's package
 
   // From a create-actor request body ({"type", "ctor_signature", "ctor_args" (hex), "binary",
   // optional "name", "resources", "max_restarts", "max_retries", "placement_group",
@@ -90,6 +99,41 @@ struct GroupRecord {
   std::uint64_t owner = 0;                   // as SpawnSpec::owner
 };
 
+// What a job runs: the submit request, checked once where it enters the head.
+struct JobSpec {
+  std::vector<std::string> entrypoint;            // argv; [0] a file of the package, a path or a PATH name
+  std::string name;
+  std::string submission_id;                      // "": none; else the same id is the same job
+  std::string package;                            // SHA-256 of its working directory's archive; "": none
+  std::map<std::string, std::string> env;
+  placement::Resources resources;                 // its driver's (default CPU=1)
+  std::int64_t max_attempts = 1;                  // attempts in all, the first included
+  std::map<std::string, std::string> metadata;
+
+  // From a submit body ({"entrypoint": [argv], optional "name", "submission_id", "package", "env",
+  // "entrypoint_resources", "max_attempts", "metadata"}). ControlCode::BadRequest naming the field.
+  static Result<JobSpec> from_json(const nlohmann::json& body);
+  nlohmann::json to_json() const;                 // the same fields; from_json reads it back
+};
+
+struct JobRecord {
+  std::uint64_t id = 0;
+  JobSpec spec;
+  JobState state = JobState::Pending;
+  std::string message;                  // why it is pending, how it ended
+  std::optional<int> exit_code;         // its last driver's, when it exited
+  std::optional<int> signal;            // the signal that ended its last driver
+  std::uint64_t node = 0;               // its current (or last) attempt's node, 0: none yet
+  std::int64_t driver_pid = 0;
+  std::int64_t attempts = 0;            // attempts started
+  std::int64_t submitted_ms = 0, started_ms = 0, ended_ms = 0;   // wall clock; 0: not yet
+  std::uint64_t owner = 0;              // its current attempt's owner id: what the attempt creates
+  bool stop_requested = false;
+  bool placed = false;                  // the scheduler holds its driver's resources
+  bool launched = false;                // its current attempt was ordered to start on `node`
+  std::string last_failure;             // why its previous attempt failed (in memory only)
+};
+
 // body[key] as T: `fallback` when absent or null (the field is required when there is none);
 // ControlCode::BadRequest naming the field when it is missing or of the wrong type. Every
 // request body and control message the head reads goes through this.
@@ -109,9 +153,16 @@ Result<T> read_field(const nlohmann::json& body, const char* key, std::optional<
 
 // A node daemon's orders.
 struct NodeCommand {
-  enum class Kind : std::uint8_t { StartWorker, KillWorker } kind = Kind::StartWorker;
+  enum class Kind : std::uint8_t { StartWorker, KillWorker, StartDriver, StopDriver } kind = Kind::StartWorker;
   std::uint64_t worker = 0;
-  std::string binary;                   // StartWorker
+  std::string binary;                   // StartWorker: absolute, or a file of the job's package
+  std::uint64_t job = 0;                // StartWorker of a job's actor, StartDriver, StopDriver
+  std::int64_t attempt = 0;             // StartDriver, StopDriver
+  std::string package;                  // the job's package digest, "": none
+  std::vector<std::string> entrypoint;  // StartDriver
+  std::map<std::string, std::string> env;   // StartDriver
+  std::vector<int> gpus;                // devices for CUDA_VISIBLE_DEVICES (StartWorker, StartDriver)
+  std::int64_t grace_ms = 0;            // StopDriver: SIGTERM, then SIGKILL after this
   nlohmann::json to_json() const;
 };
 

@@ -1,0 +1,48 @@
+// Job packages: a working directory as one tar archive (libarchive), named by the SHA-256 of its
+// bytes. The CLI packs, the head checks what it is sent, each node's daemon keeps the archives it
+// fetched in a bounded cache and unpacks them into a job's directory. An archive is untrusted
+// input everywhere: an entry with an absolute path, a ".." component, a link leading out of the
+// directory or a kind other than file, directory or symlink refuses the whole archive, and
+// nothing is written outside the destination.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "troupe/error.hpp"
+
+namespace troupe::control {
+
+// Packs `dir` (regular files, directories and symlinks, recursively; symlinks are kept as links
+// and must stay inside `dir`) into an uncompressed tar archive at `out`. Throws std::runtime_error
+// naming what could not be read or written.
+void pack_directory(const std::string& dir, const std::string& out);
+
+// Checks every entry of the archive at `path` (see above) and that its unpacked size stays under
+// `max_unpacked` bytes. ControlCode::BadRequest naming the entry and what is wrong with it.
+Status check_package(const std::string& path, std::uint64_t max_unpacked);
+
+// check_package, then unpacks into `dest` (created if missing). On an error `dest` may hold part
+// of the archive, never anything outside it.
+Status unpack_package(const std::string& path, const std::string& dest, std::uint64_t max_unpacked);
+
+// A node's fetched archives, <root>/<sha256>.tar, least recently used first out once their
+// total passes `cap_bytes`. Not thread-safe: its daemon serializes use.
+class PackageCache {
+ public:
+  PackageCache(std::string root, std::uint64_t cap_bytes);
+  const std::string& root() const { return root_; }
+  std::string path(const std::string& digest) const;
+  // True when the archive is here; marks it used now.
+  bool has(const std::string& digest);
+  // Moves a checked download at `file` in as `digest`, then trims the cache to its cap (never
+  // removing `digest` itself).
+  void add(const std::string& digest, const std::string& file);
+
+ private:
+  void trim(const std::string& keep);
+  std::string root_;
+  std::uint64_t cap_;
+};
+
+}  // namespace troupe::control
