@@ -140,7 +140,7 @@ void reap_orphans() {
   }
 }
 
-Cluster::Cluster(const std::string& head_resources) {
+Cluster::Cluster(const std::string& head_resources, const std::vector<std::string>& head_flags) {
   static const bool reaped = (reap_orphans(), true);
   (void)reaped;
   char tmpl[] = "/tmp/troupe-it-XXXXXX";
@@ -148,7 +148,9 @@ Cluster::Cluster(const std::string& head_resources) {
   dir_ = tmpl;
   std::ofstream(fs::path(dir_) / "owner") << ::getpid() << "\n";
   int st = 0;
-  std::string out = cli({"start", "--head", "--port", "0", "--resources", head_resources}, &st);
+  std::vector<std::string> args{"start", "--head", "--port", "0", "--resources", head_resources};
+  args.insert(args.end(), head_flags.begin(), head_flags.end());
+  std::string out = cli(args, &st);
   std::smatch m;
   if (st != 0 || !std::regex_search(out, m, std::regex("started at (\\S+)"))) {
     throw std::runtime_error("troupe start --head failed: " + out);
@@ -206,20 +208,35 @@ void Cluster::print_stacks() const {
   }
 }
 
-std::string Cluster::cli(const std::vector<std::string>& args, int* status) const {
+std::string Cluster::cli(const std::vector<std::string>& args, int* status, std::chrono::seconds timeout) const {
   std::vector<std::string> argv{TROUPE_CLI};
   argv.insert(argv.end(), args.begin(), args.end());
-  argv.push_back("--temp-dir");
-  argv.push_back(dir_);
-  auto r = run(argv);
+  if (std::find(args.begin(), args.end(), "--") == args.end()) {
+    argv.push_back("--temp-dir");
+    argv.push_back(dir_);
+  }
+  auto r = run(argv, timeout);
   if (status != nullptr) *status = r.status;
   return r.output;
 }
 
-pid_t Cluster::add_node(const std::string& resources) {
+CommandResult Cluster::job(const std::vector<std::string>& args, std::chrono::seconds timeout) const {
+  std::vector<std::string> argv{TROUPE_CLI, "job"};
+  auto dashes = std::find(args.begin(), args.end(), "--");
+  argv.insert(argv.end(), args.begin(), dashes);
+  for (const auto& a : {std::string("--address"), address_, std::string("--token"), token_, std::string("--temp-dir"), dir_}) {
+    argv.push_back(a);
+  }
+  argv.insert(argv.end(), dashes, args.end());
+  return run(argv, timeout);
+}
+
+pid_t Cluster::add_node(const std::string& resources, const std::vector<std::string>& flags) {
   auto before = daemon_pids();
   int st = 0;
-  std::string out = cli({"start", "--address", address_, "--token", token_, "--resources", resources}, &st);
+  std::vector<std::string> args{"start", "--address", address_, "--token", token_, "--resources", resources};
+  args.insert(args.end(), flags.begin(), flags.end());
+  std::string out = cli(args, &st);
   if (st != 0) throw std::runtime_error("troupe start --address failed: " + out);
   for (pid_t p : daemon_pids()) {
     if (std::find(before.begin(), before.end(), p) == before.end()) return p;

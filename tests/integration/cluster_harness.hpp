@@ -41,16 +41,19 @@ CommandResult run(const std::vector<std::string>& argv, std::chrono::seconds tim
 
 class Cluster {
  public:
-  explicit Cluster(const std::string& head_resources = "CPU=2");
+  explicit Cluster(const std::string& head_resources = "CPU=2", const std::vector<std::string>& head_flags = {});
   ~Cluster();
 
   // Starts a node daemon; returns its pid (from its pid file).
-  pid_t add_node(const std::string& resources);
+  pid_t add_node(const std::string& resources, const std::vector<std::string>& flags = {});
   nlohmann::json status() const;             // troupe status --json
   const std::string& address() const { return address_; }
   const std::string& token() const { return token_; }
   const std::string& temp_dir() const { return dir_; }
-  std::string cli(const std::vector<std::string>& args, int* status = nullptr) const;
+  std::string cli(const std::vector<std::string>& args, int* status = nullptr,
+                  std::chrono::seconds timeout = std::chrono::seconds(30)) const;
+  // `troupe job ARGS...` against this cluster (its address and token).
+  CommandResult job(const std::vector<std::string>& args, std::chrono::seconds timeout = std::chrono::seconds(60)) const;
 
   // Polls status until pred(status) holds or `timeout` passes; returns whether it held.
   template <class Pred>

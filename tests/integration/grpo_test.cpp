@@ -41,3 +41,22 @@ TEST_CASE("GRPO in worker processes takes the same steps as in-process") {
     CHECK(remote[i]["policy_version"] == local[i]["policy_version"]);
   }
 }
+
+TEST_CASE("the GRPO example runs as a job, its binaries as the working directory, as README shows it") {
+  test_support::TempDir dir("troupe-grpo-job");
+  itest::Cluster c("CPU=4");
+  const std::string bin = std::filesystem::path(TROUPE_GRPO).parent_path().string();
+  const std::string run_dir = dir.path + "/run";
+  auto r = c.job({"submit", "--working-dir", bin, "--", "./grpo", "--steps", "3", "--sft-steps", "20", "--heldout-size", "50",
+                  "--train-size", "200", "--prompts", "8", "--eval-every", "3", "--worker-processes", "--run-dir", run_dir},
+                 std::chrono::seconds(150));
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  std::ifstream in(std::filesystem::path(run_dir) / "metrics.jsonl");
+  int lines = 0;
+  for (std::string line; std::getline(in, line);) ++lines;
+  CHECK(lines == 3);
+  auto status = c.job({"status", "1", "--json"});
+  CHECK(status.output.find("\"SUCCEEDED\"") != std::string::npos);
+}
+
