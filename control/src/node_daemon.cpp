@@ -99,6 +99,7 @@ void NodeDaemon::start(std::chrono::milliseconds timeout) {
   }
   fs::create_directories(fs::path(config_.session_dir) / "logs");
   fs::create_directories(fs::path(config_.work_dir) / "jobs");
+  config_.work_dir = fs::canonical(config_.work_dir).string();   // what jobs see as TROUPE_JOB_DIR
   cache_ = std::make_unique<PackageCache>(config_.cache_dir, config_.cache_bytes);
   spdlog::info("node {}: registered with {}:{} ({}); jobs in {}", node_id_, config_.head_host, config_.head_port,
                config_.resources, config_.work_dir);

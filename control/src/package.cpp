@@ -174,7 +174,10 @@ Status unpack_package(const std::string& path, const std::string& dest, std::uin
   // The entries were checked above; libarchive refuses ".." and writing through symlinks again.
   archive_write_disk_set_options(out.get(), ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
                                                 ARCHIVE_EXTRACT_SECURE_SYMLINKS);
-  const std::string prefix = fs::absolute(dest).string() + "/";
+  // Its real path: libarchive refuses to write through a symlink anywhere on the way (a session
+  // directory reached through session_latest is one).
+  const std::string prefix = fs::canonical(dest, ec).string() + "/";
+  if (ec) return Error{ControlCode::Store, "cannot resolve " + dest + ": " + ec.message()};
   std::uint64_t unpacked = 0;
   std::vector<char> buf(1 << 16);
   archive_entry* e = nullptr;

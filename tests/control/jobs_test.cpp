@@ -68,7 +68,7 @@ TEST_CASE("the head runs a job on a node's link: start orders, reports, a retrie
     control::Head head(cfg);
     net::LinkHub hub("secret", net::self_identity("test"));
     auto node = std::make_unique<net::HeadSession>(hub, head.link_address(),
-                                                   json{{"role", "node"}, {"resources", "CPU=2"}}, std::chrono::seconds(5));
+                                                   json{{"role", "node"}, {"resources", "CPU=2,GPU=2"}}, std::chrono::seconds(5));
     const json job = api(head, "POST", "/api/v1/jobs",
                          json{{"entrypoint", {"sh", "-c", "true"}}, {"max_attempts", 2}, {"env", {{"A", "1"}}}, {"name", "t"}});
     id = job.at("id").get<std::uint64_t>();
@@ -82,7 +82,7 @@ TEST_CASE("the head runs a job on a node's link: start orders, reports, a retrie
     CHECK(start["attempt"] == 1);
     CHECK(start["entrypoint"] == json::array({"sh", "-c", "true"}));
     CHECK(start["env"]["A"] == "1");
-    CHECK(api(head, "GET", "/api/v1/status")["nodes"][0]["available"] == "CPU=1");   // the driver's CPU=1 is held
+    CHECK(api(head, "GET", "/api/v1/status")["nodes"][0]["available"].get<std::string>().find("CPU=1") != std::string::npos);   // the driver's CPU=1 is held
 
     report(*node, json{{"kind", "driver_started"}, {"job", id}, {"attempt", 1}, {"pid", 4242}});
     node->send_bytes(net::head_kind::kLog, net::encode_log(net::LogPiece{id, 0, "first line\n"}));
@@ -105,7 +105,17 @@ TEST_CASE("the head runs a job on a node's link: start orders, reports, a retrie
     json failed = job_until(head, id, [](const json& j) { return j["state"] == "FAILED"; });
     CHECK(failed["exit_code"] == 5);
     CHECK(failed["ended_at"].is_number());
-    CHECK(api(head, "GET", "/api/v1/status")["nodes"][0]["available"] == "CPU=2");   // released
+    CHECK(api(head, "GET", "/api/v1/status")["nodes"][0]["available"].get<std::string>().find("CPU=2") != std::string::npos);   // released
+
+    // A driver that needs a GPU is told which (CUDA_VISIBLE_DEVICES, set by the daemon).
+    const json gpu_job = api(head, "POST", "/api/v1/jobs", json{{"entrypoint", {"x"}}, {"entrypoint_resources", "CPU=1,GPU=1"}});
+    json gpu_start = next_order(*node);
+    REQUIRE(gpu_start.is_object());
+    CHECK(gpu_start["job"] == gpu_job["id"]);
+    REQUIRE(gpu_start["gpus"].size() == 1);
+    CHECK(gpu_start["gpus"][0].get<int>() < 2);
+    report(*node, json{{"kind", "driver_exited"}, {"job", gpu_job["id"]}, {"attempt", 1}, {"status", "exit 0"}});
+    CHECK(job_until(head, gpu_job["id"].get<std::uint64_t>(), [](const json& j) { return j["state"] == "SUCCEEDED"; })["state"] == "SUCCEEDED");
 
     auto logs = net::http_call("127.0.0.1", head.port(), "GET", "/api/v1/jobs/" + std::to_string(id) + "/logs", "", "secret",
                                std::chrono::seconds(5));
@@ -131,8 +141,8 @@ TEST_CASE("the head runs a job on a node's link: start orders, reports, a retrie
                          std::chrono::seconds(5)).body == "first line\n");
 
     // A job waiting for resources no node has, then stopped: never ordered to start.
-    const json waiting = api(head, "POST", "/api/v1/jobs", json{{"entrypoint", {"x"}}, {"entrypoint_resources", "GPU=1"}});
-    CHECK(waiting["message"].get<std::string>().find("waiting for a node with GPU=1") != std::string::npos);
+    const json waiting = api(head, "POST", "/api/v1/jobs", json{{"entrypoint", {"x"}}, {"entrypoint_resources", "GPU=4"}});
+    CHECK(waiting["message"].get<std::string>().find("waiting for a node with GPU=4") != std::string::npos);
     json stopped = api(head, "POST", "/api/v1/jobs/" + std::to_string(waiting["id"].get<std::uint64_t>()) + "/stop");
     CHECK(stopped["state"] == "STOPPED");
     CHECK(stopped["attempts"] == 0);
@@ -146,7 +156,7 @@ TEST_CASE("the head runs a job on a node's link: start orders, reports, a retrie
   CHECK(j["state"] == "FAILED");
   CHECK(j["exit_code"] == 5);
   CHECK(j["name"] == "t");
-  CHECK(api(head, "GET", "/api/v1/jobs")["jobs"].size() == 2);
+  CHECK(api(head, "GET", "/api/v1/jobs")["jobs"].size() == 3);
   int status = 0;
   api(head, "DELETE", "/api/v1/jobs/" + std::to_string(id), nullptr, &status);
   CHECK(status == 200);
@@ -168,8 +178,12 @@ TEST_CASE("a job package packs a directory, checks and unpacks it, and the node'
   auto small = control::check_package(tar, 100);
   CHECK(!small.ok());
   CHECK(small.error().message.find("unpacks to more than") != std::string::npos);
-  const fs::path out = fs::path(dir.path) / "out";
-  REQUIRE(control::unpack_package(tar, out.string(), 1 << 20).ok());
+  // Into a directory reached through a symlink (as <temp>/session_latest/... is).
+  fs::create_directories(fs::path(dir.path) / "real");
+  fs::create_symlink(fs::path(dir.path) / "real", fs::path(dir.path) / "via");
+  const fs::path out = fs::path(dir.path) / "via" / "out";
+  auto unpacked = control::unpack_package(tar, out.string(), 1 << 20);
+  REQUIRE_MESSAGE(unpacked.ok(), unpacked.error().message);
   std::ifstream a(out / "a.txt");
   std::string text;
   a >> text;

@@ -322,7 +322,7 @@ TEST_CASE("job submissions are idempotent by submission id, live jobs are not de
   CHECK(c.job({"list", "--json"}).output == before);
 }
 
-TEST_CASE("refused package uploads: over the size limit, a wrong digest, entries leading out; nothing is written outside") {
+TEST_CASE("refused package uploads (over the size limit, a wrong digest, entries leading out) write nothing outside") {
   test_support::TempDir tmp("troupe-jobs");
   itest::Cluster c("CPU=2", {"--max-package-bytes", "1048576"});
   auto [host, port] = troupe::net::split_address(c.address());
