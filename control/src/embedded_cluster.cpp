@@ -25,7 +25,10 @@ class LocalCluster final : public EmbeddedCluster {
     // A session of its own: the machine's latest stays the last `troupe start` (troupe status
     // --all lists this one too, while it runs).
     net::write_private_file((std::filesystem::path(session_) / "token").string(), token_ + "\n");
-    head_ = std::make_unique<Head>(HeadConfig{"127.0.0.1", 0, token_, session_});
+    HeadConfig hc;
+    hc.token = token_;
+    hc.session_dir = session_;
+    head_ = std::make_unique<Head>(hc);
     std::ofstream(std::filesystem::path(session_) / "head_address") << head_->address() << "\n";
     std::ofstream(std::filesystem::path(session_) / "embedded") << ::getpid() << "\n";
     DaemonConfig dc;

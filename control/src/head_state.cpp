@@ -254,7 +254,10 @@ void HeadState::on_worker_lost(Worker& w, const std::string& why) {
   if (w.state == WorkerState::Dead) return;
   w.state = WorkerState::Dead;
   w.commands.clear();
-  nodes_.command(w.node, NodeCommand{NodeCommand::Kind::KillWorker, w.id, {}});
+  NodeCommand kill;
+  kill.kind = NodeCommand::Kind::KillWorker;
+  kill.worker = w.id;
+  nodes_.command(w.node, std::move(kill));
   if (w.actors.empty()) spdlog::info("head: worker {} on node {} ended: {}", w.id, w.node, why);
   else spdlog::warn("head: worker {} on node {} lost: {}", w.id, w.node, why);
   // Colocated actors restart together: those the scheduler places first (a bundle's colocated
@@ -341,7 +344,9 @@ void HeadState::place_and_start(ActorRecord& a) {
 WorkerManager::Worker& HeadState::worker_for(const placement::Placement& p, const SpawnSpec& spec) {
   if (Worker* w = workers_.for_process(p.worker.process)) return *w;
   Worker& w = workers_.add(p.node);
-  NodeCommand start{NodeCommand::Kind::StartWorker, w.id, spec.binary};
+  NodeCommand start;   // Kind::StartWorker
+  start.worker = w.id;
+  start.binary = spec.binary;
   start.job = spec.job;
   if (const JobRecord* j = jobs_.find(spec.job)) start.package = j->spec.package;
   start.gpus = gpu_indices(p);
@@ -509,7 +514,8 @@ void HeadState::schedule_jobs() {
     j.message = "starting its driver on node " + std::to_string(j.node) + " (attempt " + std::to_string(j.attempts) +
                 " of " + std::to_string(j.spec.max_attempts) +
                 (j.last_failure.empty() ? std::string(")") : "; attempt " + std::to_string(j.attempts - 1) + " failed: " + j.last_failure + ")");
-    NodeCommand start{NodeCommand::Kind::StartDriver};
+    NodeCommand start;
+    start.kind = NodeCommand::Kind::StartDriver;
     start.job = j.id;
     start.attempt = j.attempts;
     start.package = j.spec.package;
@@ -531,7 +537,8 @@ Result<const JobRecord*> HeadState::stop_job(std::uint64_t id, std::int64_t grac
     attempt_ended(*j, std::nullopt, std::nullopt, "stopped before it ran");
     return j;
   }
-  NodeCommand stop{NodeCommand::Kind::StopDriver};
+  NodeCommand stop;
+  stop.kind = NodeCommand::Kind::StopDriver;
   stop.job = j->id;
   stop.attempt = j->attempts;
   stop.grace_ms = grace_ms;

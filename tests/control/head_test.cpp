@@ -24,6 +24,13 @@ namespace {
 
 using test_support::TempDir;
 
+control::HeadConfig head_config(const std::string& session_dir) {
+  control::HeadConfig c;
+  c.token = "secret";
+  c.session_dir = session_dir;
+  return c;
+}
+
 net::HttpResponse call(const control::Head& h, const std::string& method, const std::string& target,
                        const std::string& body, const std::string& token = "secret") {
   return net::http_call("127.0.0.1", h.port(), method, target, body, token, std::chrono::seconds(5));
@@ -69,7 +76,7 @@ bool status_until(const control::Head& h, Pred pred) {
 
 TEST_CASE("the head refuses calls without the cluster token") {
   TempDir dir;
-  control::Head head(control::HeadConfig{"127.0.0.1", 0, "secret", dir.path});
+  control::Head head(head_config(dir.path));
   CHECK(call(head, "GET", "/api/v1/status", "", "").status == 401);
   CHECK(call(head, "GET", "/api/v1/status", "", "secrex").status == 401);
   auto ok = call(head, "GET", "/api/v1/status", "");
@@ -79,7 +86,7 @@ TEST_CASE("the head refuses calls without the cluster token") {
 
 TEST_CASE("bad bodies and bad hellos are refused with a reason and change nothing") {
   TempDir dir;
-  control::Head head(control::HeadConfig{"127.0.0.1", 0, "secret", dir.path});
+  control::Head head(head_config(dir.path));
   LinkPeer peer;
   auto good = peer.node(head, "CPU=2");
   CHECK(good->welcome().value("node_id", std::uint64_t{0}) == 1);
@@ -125,7 +132,7 @@ TEST_CASE("bad bodies and bad hellos are refused with a reason and change nothin
 
 TEST_CASE("orders are pushed on a node's link, a bad message closes only its link, and a node whose link ends is dead") {
   TempDir dir;
-  control::Head head(control::HeadConfig{"127.0.0.1", 0, "secret", dir.path});
+  control::Head head(head_config(dir.path));
   LinkPeer peer;
   auto node = peer.node(head, "CPU=2");
   const auto node_id = node->welcome().at("node_id").get<std::uint64_t>();
@@ -178,7 +185,7 @@ TEST_CASE("the head writes the nodes it registers to its SQLite store, which rou
   TempDir dir;
   {
     LinkPeer peer;
-    auto head = std::make_unique<control::Head>(control::HeadConfig{"127.0.0.1", 0, "secret", dir.path});
+    auto head = std::make_unique<control::Head>(head_config(dir.path));
     auto node = peer.node(*head, "CPU=2");
     head.reset();   // before the link ends: the node is stored alive
   }
@@ -254,7 +261,7 @@ TEST_CASE("a store another version wrote, or a file that is no database, is refu
     } catch (const troupe::ErrorException& e) {
       CHECK(e.code() == troupe::ControlCode::Store);
     }
-    CHECK_THROWS_AS(control::Head(control::HeadConfig{"127.0.0.1", 0, "secret", dir.path}), troupe::ErrorException);
+    CHECK_THROWS_AS(control::Head(head_config(dir.path)), troupe::ErrorException);
   };
   expect_refused();
   std::filesystem::remove(path + "-wal");
@@ -275,7 +282,7 @@ TEST_CASE("a head started on the store another head wrote finds the same nodes, 
   std::uint64_t next_worker_seen = 0;
   {
     LinkPeer peer;
-    auto owner = std::make_unique<control::Head>(control::HeadConfig{"127.0.0.1", 0, "secret", dir.path});
+    auto owner = std::make_unique<control::Head>(head_config(dir.path));
     control::Head& head = *owner;
     auto n1 = peer.node(head, "CPU=2", "a");
     auto n2 = peer.node(head, "CPU=2", "b");
@@ -309,7 +316,7 @@ TEST_CASE("a head started on the store another head wrote finds the same nodes, 
     next_worker_seen = worker;
     owner.reset();   // before the links end: what it stored is what it knew
   }
-  control::Head head(control::HeadConfig{"127.0.0.1", 0, "secret", dir.path});
+  control::Head head(head_config(dir.path));
   auto after = json::parse(call(head, "GET", "/api/v1/status", "").body);
 
   REQUIRE(after["nodes"].size() == before["nodes"].size());
@@ -355,7 +362,7 @@ TEST_CASE("a head started on the store another head wrote finds the same nodes, 
 
 TEST_CASE("a placement group's GET with wait_ms is answered when the group's state changes, not at the wait") {
   TempDir dir;
-  control::Head head(control::HeadConfig{"127.0.0.1", 0, "secret", dir.path});
+  control::Head head(head_config(dir.path));
   auto created = json::parse(call(head, "POST", "/api/v1/placement_groups", R"({"bundles":["GPU=1"],"strategy":"PACK"})").body);
   REQUIRE(created.value("state", "") == "PENDING");   // no node has a GPU yet
   const auto target = "/api/v1/placement_groups/" + std::to_string(created.at("id").get<std::uint64_t>());
