@@ -1,5 +1,7 @@
 #include "cluster_harness.hpp"
 
+#include "troupe/proc_file.hpp"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -131,8 +133,8 @@ void reap_orphans() {
       if (!(std::ifstream(p.path()) >> pid) || pid <= 0) continue;
       // Only a daemon of that cluster (its command line names the directory): the pid may have
       // been reused since, by a process of a test running now.
-      std::ifstream cmd("/proc/" + std::to_string(pid) + "/cmdline");
-      std::string line((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+      std::string line;
+      (void)troupe::read_proc_file("/proc/" + std::to_string(pid) + "/cmdline", line);
       std::replace(line.begin(), line.end(), '\0', ' ');
       if (line.find(d.path().string()) != std::string::npos) ::kill(pid_t(pid), SIGKILL);
     }

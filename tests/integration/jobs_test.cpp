@@ -15,6 +15,7 @@
 
 #include "cluster_harness.hpp"
 #include "support/temp_dir.hpp"
+#include "troupe/proc_file.hpp"
 #include "troupe/net/address.hpp"
 #include "troupe/net/digest.hpp"
 #include "troupe/net/http.hpp"
@@ -65,9 +66,8 @@ troupe::net::HttpResponse head_http(const itest::Cluster& c, const std::string& 
 }
 
 bool process_gone(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
   std::string line;
-  if (!std::getline(stat, line)) return true;
+  if (troupe::read_proc_file("/proc/" + std::to_string(pid) + "/stat", line) != 0 || line.empty()) return true;
   const auto paren = line.rfind(')');
   return paren != std::string::npos && line.size() > paren + 2 && line[paren + 2] == 'Z';   // a zombie is gone
 }

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "troupe/proc_file.hpp"
 #include "troupe/weight_set.hpp"
 #include "buffer_pool.hpp"
 #include "set_builder.hpp"
@@ -35,15 +36,10 @@ constexpr const char* kUnknown = "?";   // the process could not be looked at (n
 // The start time of process `pid` (field 22 of /proc/<pid>/stat), "" when it is gone, or kUnknown
 // when /proc cannot tell (out of descriptors, ...).
 std::string process_start(std::uint32_t pid) {
-  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
-  std::ifstream in(path);
   std::string stat;
-  if (!in) {
-    struct stat st {};
-    return ::stat(("/proc/" + std::to_string(pid)).c_str(), &st) != 0 && (errno == ENOENT || errno == ESRCH) ? ""
-                                                                                                        : kUnknown;
+  if (const int err = read_proc_file("/proc/" + std::to_string(pid) + "/stat", stat); err != 0) {
+    return err == ENOENT || err == ESRCH ? "" : kUnknown;   // gone (or ending while read), or /proc cannot tell
   }
-  if (!std::getline(in, stat)) return "";   // it ended while being read
   auto paren = stat.rfind(')');   // the command name may hold spaces and parentheses
   if (paren == std::string::npos) return "";
   std::istringstream fields(stat.substr(paren + 2));
