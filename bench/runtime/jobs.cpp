@@ -108,6 +108,7 @@ int main() {
     itest::Cluster c("CPU=4");
     c.add_node("CPU=4");
     c.add_node("CPU=4");
+    try {
     auto [host, port] = troupe::net::split_address(c.address());
     const Api api{host, c.token(), port};
 
@@ -196,6 +197,10 @@ int main() {
                       {"targets", {{"submit_to_running_s", 0.3}, {"stop_to_released_s", 1.0}, {"jobs_per_s", 20}}}}
                      .dump()
               << std::endl;
+    } catch (...) {
+      itest::test_failed = true;   // the cluster's logs and stacks are printed as it goes
+      throw;
+    }
   } catch (const std::exception& e) {
     std::cerr << "jobs bench: " << e.what() << "\n";
     rc = 1;
