@@ -1,5 +1,7 @@
 #include "troupe/rl/grpo.hpp"
 
+#include <cstdlib>
+
 #include "troupe/rl/config.hpp"
 
 #include <chrono>
@@ -295,13 +297,24 @@ std::string summary_json_line(const RunSummary& s) {
   out["metrics"] = s.metrics_path;
   out["plot"] = s.plot_path;
   out["checkpoint"] = s.checkpoint;
+  out["resumed"] = s.resumed;
   return out.dump();
+}
+
+GrpoConfig for_job_attempt(GrpoConfig config) {
+  const char* attempt = std::getenv("TROUPE_JOB_ATTEMPT");
+  if (attempt != nullptr && std::atoi(attempt) > 1 && !config.resume) {
+    config.resume = true;
+    std::cerr << "attempt " << attempt << " of job " << (std::getenv("TROUPE_JOB_ID") ? std::getenv("TROUPE_JOB_ID") : "?")
+              << ": resuming from the newest checkpoint in " << config.run_dir << " (if any)" << std::endl;
+  }
+  return config;
 }
 
 int run_and_report(const std::string& program, Runtime& rt, const GrpoConfig& config) {
   RunSummary s;
   try {
-    Grpo driver(rt, config);
+    Grpo driver(rt, for_job_attempt(config));
     s = driver.run();
   } catch (const std::exception& e) {
     std::cerr << program << ": " << e.what() << "\n";

@@ -60,3 +60,27 @@ TEST_CASE("the GRPO example runs as a job, its binaries as the working directory
   CHECK(status.output.find("\"SUCCEEDED\"") != std::string::npos);
 }
 
+
+TEST_CASE("a GRPO job whose first attempt fails after a checkpoint resumes from it in its second attempt") {
+  test_support::TempDir dir("troupe-grpo-job");
+  itest::Cluster c("CPU=4");
+  const std::string bin = std::filesystem::path(TROUPE_GRPO).parent_path().string();
+  const std::string run_dir = dir.path + "/run";
+  // Attempt 1 checkpoints after 2 of 4 steps and then fails; attempt 2 is the same command.
+  const std::string grpo = "./grpo --steps 4 --sft-steps 20 --heldout-size 50 --train-size 200 --prompts 8 "
+                           "--eval-every 2 --checkpoint-every 2 --run-dir " + run_dir;
+  auto r = c.job({"submit", "--working-dir", bin, "--max-attempts", "2", "--", "sh", "-c",
+                  "if [ \"$TROUPE_JOB_ATTEMPT\" = 1 ]; then " + grpo + " --stop-after 2; exit 3; fi; exec " + grpo},
+                 std::chrono::seconds(170));
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(r.output.find("attempt 2 of job 1: resuming from the newest checkpoint") != std::string::npos);
+  CHECK(r.output.find("\"resumed\":true") != std::string::npos);
+  auto status = c.job({"status", "1", "--json"});
+  CHECK(status.output.find("\"attempts\": 2") != std::string::npos);
+  CHECK(status.output.find("\"SUCCEEDED\"") != std::string::npos);
+  std::ifstream in(std::filesystem::path(run_dir) / "metrics.jsonl");
+  std::vector<int> steps;
+  for (std::string line; std::getline(in, line);) steps.push_back(nlohmann::json::parse(line).value("step", -1));
+  CHECK(steps == std::vector<int>{1, 2, 3, 4});   // the resumed attempt added steps 3 and 4, none twice
+}

@@ -1,7 +1,9 @@
 // Run configuration files: keys bound to GrpoConfig, read from TOML, set from the command line,
 // written back; errors name the key and the line. The shipped demo file is the demo configuration.
 #include "troupe/rl/config.hpp"
+#include "troupe/rl/grpo.hpp"
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -92,4 +94,15 @@ TEST_CASE("the written configuration reads back to the same values, and the ship
     file += line + "\n";
   }
   CHECK(file == grpo_config_schema(demo).to_toml());   // if the demo changes: grpo --print-config > that file
+}
+
+TEST_CASE("a job's later attempt resumes from the newest checkpoint, its first attempt and a plain run do not") {
+  troupe::rl::GrpoConfig c;
+  ::unsetenv("TROUPE_JOB_ATTEMPT");
+  CHECK_FALSE(troupe::rl::for_job_attempt(c).resume);
+  ::setenv("TROUPE_JOB_ATTEMPT", "1", 1);
+  CHECK_FALSE(troupe::rl::for_job_attempt(c).resume);
+  ::setenv("TROUPE_JOB_ATTEMPT", "2", 1);
+  CHECK(troupe::rl::for_job_attempt(c).resume);
+  ::unsetenv("TROUPE_JOB_ATTEMPT");
 }

@@ -116,11 +116,14 @@ struct RunSummary {
 
 // The summary as the programs print it, one JSON object on one line: sft_heldout_acc,
 // final_heldout_acc, sft_heldout_format, final_heldout_format, steps, seconds, sft_seconds,
-// grpo_seconds (the RL phase, whatever the algorithm), metrics, plot, checkpoint.
+// grpo_seconds (the RL phase, whatever the algorithm), metrics, plot, checkpoint, resumed.
 std::string summary_json_line(const RunSummary& summary);
 
 // The end of a program's main: runs the driver on `config` and prints summary_json_line on stdout;
 // 0, or 1 with "<program>: <why>" on stderr when the run fails.
+// A job's later attempt (TROUPE_JOB_ATTEMPT > 1) resumes from the newest checkpoint in run_dir (a
+// fresh start when there is none): run_and_report applies this.
+GrpoConfig for_job_attempt(GrpoConfig config);
 int run_and_report(const std::string& program, Runtime& rt, const GrpoConfig& config);
 
 class Grpo {
