@@ -28,6 +28,7 @@ struct StartFlags : CommonFlags {
   bool block = false;
   int node_timeout_ms = 2500;
   std::uint64_t max_package_bytes = std::uint64_t(1) << 30;   // head: a job package, at most
+  std::uint64_t package_store_bytes = std::uint64_t(10) << 30;   // head: all packages (LRU past it)
   std::string work_dir;                   // the node's job directories; "": <session>/node-<pid>
   std::string cache_dir;                  // its package cache; "": <work_dir>/packages
 };

@@ -61,6 +61,9 @@ int main(int argc, char** argv) {
   s->add_flag("--block", start.block, "Stay in the foreground");
   s->add_option("--max-package-bytes", start.max_package_bytes, "Head: the largest job package it takes (default 1 GiB)")
       ->check(CLI::Range(std::uint64_t(1), std::uint64_t(1) << 40));
+  s->add_option("--package-store-bytes", start.package_store_bytes,
+                "Head: packages kept in all; past it the least recently used no live job names go (default 10 GiB)")
+      ->check(CLI::Range(std::uint64_t(1), std::uint64_t(1) << 50));
   s->add_option("--work-dir", start.work_dir, "Node: where jobs' directories go (default <session>/node-<pid>)");
   s->add_option("--cache-dir", start.cache_dir, "Node: where fetched job packages are kept (default <work-dir>/packages)");
 

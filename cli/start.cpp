@@ -84,6 +84,7 @@ int run_daemon(const StartFlags& f, int ready_fd) {
       hc.session_dir = session;
       hc.node_timeout = std::chrono::milliseconds(f.node_timeout_ms);
       hc.max_package_bytes = f.max_package_bytes;
+      hc.package_store_bytes = f.package_store_bytes;
       head = std::make_unique<control::Head>(hc);
       head_port = head->port();
       head_host = f.bind == "0.0.0.0" ? "127.0.0.1" : f.bind;

@@ -17,6 +17,7 @@
 
 #include "head_state.hpp"
 #include "job_logs.hpp"
+#include "troupe/control/package.hpp"
 #include "troupe/ids.hpp"
 #include "troupe/net/address.hpp"
 #include "troupe/net/head_link.hpp"
@@ -93,7 +94,8 @@ Head::Head(HeadConfig config) : config_(std::move(config)) {
   for (const auto& [id, j] : state_->jobs().all()) {
     if (!ended(j.state)) logs_->open(id);
   }
-  std::filesystem::create_directories(std::filesystem::path(config_.session_dir) / "packages");
+  packages_ = std::make_unique<PackageCache>((std::filesystem::path(config_.session_dir) / "packages").string(),
+                                             config_.package_store_bytes);
   store_->put_meta("started_ms", std::to_string(now_ms()));
   net::LinkOptions options;
   options.silence_limit = config_.node_timeout;   // a frozen daemon (SIGSTOP) is dead after this

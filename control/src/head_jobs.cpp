@@ -61,9 +61,7 @@ std::string unique_suffix() {
 
 }  // namespace
 
-std::string Head::package_path(const std::string& digest) const {
-  return (fs::path(config_.session_dir) / "packages" / (digest + ".tar")).string();
-}
+std::string Head::package_path(const std::string& digest) const { return packages_->path(digest); }
 
 std::uint64_t Head::job_id(const std::string& text) {
   if (text.empty()) return 0;
@@ -105,6 +103,10 @@ net::HttpResponse Head::route_package(const net::HttpRequest& req, const std::st
   if (req.method == "PUT") return put_package(req, digest);
   if (req.method != "GET") return error_reply(404, "no such package endpoint: " + req.method);
   std::error_code ec;
+  {
+    std::lock_guard lk(mu_);
+    if (!packages_->has(digest)) return error_reply(404, "no package " + digest);   // has(): used now
+  }
   const auto size = fs::file_size(package_path(digest), ec);
   if (ec) return error_reply(404, "no package " + digest);
   if (req.query.contains("stat")) return reply(200, json{{"digest", digest}, {"size", size}});
@@ -161,8 +163,19 @@ net::HttpResponse Head::put_package(const net::HttpRequest& req, const std::stri
   const std::string got = hash.hex();
   if (got != digest) return error_reply(400, "digest mismatch: the bytes sent hash to " + got + ", not " + digest);
   if (auto st = check_package(tmp, 4 * limit); !st.ok()) return refusal(st.error());
-  fs::rename(tmp, package_path(digest), ec);
-  if (ec) return error_reply(500, "cannot store the package: " + ec.message());
+  {
+    std::lock_guard lk(mu_);
+    try {   // moved in; past the store's cap the least recently used no live job names go
+      packages_->add(digest, tmp, [this](const std::string& d) {
+        for (const auto& [id, j] : state_->jobs().all()) {
+          if (!ended(j.state) && j.spec.package == d) return true;
+        }
+        return false;
+      });
+    } catch (const fs::filesystem_error& e) {
+      return error_reply(500, std::string("cannot store the package: ") + e.what());
+    }
+  }
   cleanup.path.clear();
   spdlog::info("head: stored package {} ({} bytes)", digest, total);
   return reply(200, json{{"digest", digest}, {"size", total}, {"existed", false}});

@@ -221,14 +221,15 @@ bool PackageCache::has(const std::string& digest) {
   return true;
 }
 
-void PackageCache::add(const std::string& digest, const std::string& file) {
+void PackageCache::add(const std::string& digest, const std::string& file,
+                       const std::function<bool(const std::string&)>& in_use) {
   fs::rename(file, path(digest));
   std::error_code ec;
   fs::last_write_time(path(digest), fs::file_time_type::clock::now(), ec);
-  trim(digest);
+  trim(digest, in_use);
 }
 
-void PackageCache::trim(const std::string& keep) {
+void PackageCache::trim(const std::string& keep, const std::function<bool(const std::string&)>& in_use) {
   struct Entry {
     fs::path path;
     fs::file_time_type used;
@@ -246,7 +247,7 @@ void PackageCache::trim(const std::string& keep) {
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.used < b.used; });
   for (const auto& e : entries) {
     if (total <= cap_) break;
-    if (e.path.stem() == keep) continue;
+    if (e.path.stem() == keep || (in_use && in_use(e.path.stem().string()))) continue;
     fs::remove(e.path, ec);
     if (!ec) total -= e.size;
   }

@@ -213,4 +213,13 @@ TEST_CASE("a job package packs a directory, checks and unpacks it, and the node'
   CHECK(cache.has("three"));
   CHECK(cache.has("one"));
   CHECK(!cache.has("two"));   // the least recently used went past the cap
+  // What is in use stays past the cap (the head's packages of live jobs).
+  const std::string four = dir.path + "/four";
+  std::ofstream(four) << std::string(1000, 'x');
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  cache.has("one");   // "three" is now the least recently used
+  cache.add("four", four, [](const std::string& d) { return d == "three"; });
+  CHECK(cache.has("three"));
+  CHECK(cache.has("four"));
+  CHECK(!cache.has("one"));
 }

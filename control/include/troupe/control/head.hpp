@@ -34,6 +34,7 @@ inline net::HttpResponse error_reply(int status, const std::string& message) {
 
 class HeadState;
 class JobLogs;
+class PackageCache;
 
 struct HeadConfig {
   std::string bind = "127.0.0.1";
@@ -43,6 +44,8 @@ struct HeadConfig {
   std::chrono::milliseconds node_timeout{2500};        // a node's link silent this long: the node is
                                                        // dead (a loaded node: no link this long)
   std::uint64_t max_package_bytes = std::uint64_t(1) << 30;   // a job package's archive, at most
+  std::uint64_t package_store_bytes = std::uint64_t(10) << 30;   // all packages; past it the least
+                                                              // recently used that no live job names go
   std::uint64_t job_log_bytes = std::uint64_t(64) << 20;      // one job's log, at most
   std::uint64_t job_logs_total_bytes = std::uint64_t(1) << 30;   // all jobs' logs; past it the oldest ended go
 };
@@ -123,6 +126,7 @@ class Head {
   std::uint64_t version_ = 1;
   std::unique_ptr<HeadState> state_;          // the typed head (head_state.hpp); under mu_
   std::unique_ptr<JobLogs> logs_;             // thread-safe on its own
+  std::unique_ptr<PackageCache> packages_;    // under mu_
   std::map<const net::Link*, Peer> peers_;    // under mu_
   std::map<std::uint64_t, std::string> pushed_groups_;   // each group's state as last pushed; under mu_
   std::thread detector_;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "troupe/error.hpp"
@@ -26,8 +27,9 @@ Status check_package(const std::string& path, std::uint64_t max_unpacked);
 // of the archive, never anything outside it.
 Status unpack_package(const std::string& path, const std::string& dest, std::uint64_t max_unpacked);
 
-// A node's fetched archives, <root>/<sha256>.tar, least recently used first out once their
-// total passes `cap_bytes`. Not thread-safe: its daemon serializes use.
+// Archives by digest, <root>/<sha256>.tar, least recently used first out once their total passes
+// `cap_bytes`: a node's fetched packages, and the head's uploaded ones (which keeps those its live
+// jobs name). Not thread-safe: its owner serializes use.
 class PackageCache {
  public:
   PackageCache(std::string root, std::uint64_t cap_bytes);
@@ -36,11 +38,12 @@ class PackageCache {
   // True when the archive is here; marks it used now.
   bool has(const std::string& digest);
   // Moves a checked download at `file` in as `digest`, then trims the cache to its cap (never
-  // removing `digest` itself).
-  void add(const std::string& digest, const std::string& file);
+  // removing `digest` itself, nor one `in_use` says is).
+  void add(const std::string& digest, const std::string& file,
+           const std::function<bool(const std::string&)>& in_use = {});
+  void trim(const std::string& keep, const std::function<bool(const std::string&)>& in_use = {});
 
  private:
-  void trim(const std::string& keep);
   std::string root_;
   std::uint64_t cap_;
 };
