@@ -58,6 +58,8 @@ int job_list(const CommonFlags& f, bool json);
 int job_logs(const CommonFlags& f, const std::string& id, bool follow);
 int job_stop(const CommonFlags& f, const std::string& id, double grace_s);
 int job_delete(const CommonFlags& f, const std::string& id);
+// A running job's elastic group: its target (--replicas) or its bounds (--min/--max); -1: not given.
+int job_scale(const CommonFlags& f, const std::string& id, const std::string& group, int replicas, int min, int max);
 
 // The head's host and port (resolve_address); std::invalid_argument when there is none.
 std::pair<std::string, std::uint16_t> head_endpoint(const CommonFlags& f);

@@ -204,6 +204,19 @@ int job_stop(const CommonFlags& f, const std::string& id, double grace_s) {
   return 0;
 }
 
+int job_scale(const CommonFlags& f, const std::string& id, const std::string& group, int replicas, int min, int max) {
+  json body = json::object();
+  if (replicas >= 0) body["replicas"] = replicas;
+  if (min >= 0) body["min"] = min;
+  if (max >= 0) body["max"] = max;
+  if (body.empty()) throw std::invalid_argument("give --replicas N, or --min A and/or --max B");
+  json g;
+  if (int rc = head_call(f, "POST", job_target(id, "groups/" + group + "/scale"), body, &g)) return rc;
+  std::cout << "job " << id << " group " << g.value("name", "") << ": target " << g.value("target", 0) << " in ["
+            << g.value("min", 0) << ", " << g.value("max", 0) << "], " << g.value("live", 0) << " running\n";
+  return 0;
+}
+
 int job_delete(const CommonFlags& f, const std::string& id) {
   json j;
   if (int rc = head_call(f, "DELETE", job_target(id), nullptr, &j)) return rc;

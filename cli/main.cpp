@@ -8,6 +8,7 @@
 //   troupe job submit [--working-dir DIR] [--env K=V]... [--entrypoint-resources R] [--max-attempts K]
 //                     [--name N] [--submission-id ID] [--metadata K=V]... [--no-wait] -- CMD ARGS...
 //   troupe job status ID [--json] | list [--json] | logs ID [-f] | stop ID [--grace-s S] | delete ID
+//   troupe job scale ID GROUP (--replicas N | --min A --max B)
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
@@ -124,6 +125,13 @@ int main(int argc, char** argv) {
   auto* jstop = job_id_command("stop", "SIGTERM the driver's process group, SIGKILL after the grace; waits for the end");
   jstop->add_option("--grace-s", grace_s, "Seconds between SIGTERM and SIGKILL (default 10)")->check(CLI::Range(0.0, 3600.0));
   auto* jdelete = job_id_command("delete", "Remove an ended job's record, logs and package");
+  std::string scale_group;
+  int replicas = -1, scale_min = -1, scale_max = -1;
+  auto* jscale = job_id_command("scale", "Change a running job's elastic group: its target or its bounds");
+  jscale->add_option("group", scale_group, "The group's name")->required();
+  jscale->add_option("--replicas", replicas, "The target, within [min, max]")->check(CLI::Range(1, 1000));
+  jscale->add_option("--min", scale_min, "The least members the job runs with")->check(CLI::Range(1, 1000));
+  jscale->add_option("--max", scale_max, "The most members")->check(CLI::Range(1, 1000));
 
   try {
     app.parse(argc, argv);
@@ -142,6 +150,7 @@ int main(int argc, char** argv) {
     if (jlogs->parsed()) return troupe::cli::job_logs(common, job_ref, follow);
     if (jstop->parsed()) return troupe::cli::job_stop(common, job_ref, grace_s);
     if (jdelete->parsed()) return troupe::cli::job_delete(common, job_ref);
+    if (jscale->parsed()) return troupe::cli::job_scale(common, job_ref, scale_group, replicas, scale_min, scale_max);
   } catch (const std::exception& e) {
     std::cerr << "troupe: " << e.what() << "\n";
     return 1;

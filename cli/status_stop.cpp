@@ -74,6 +74,16 @@ void print_table(const json& s) {
     std::cout << std::setw(6) << g.value("id", 0) << std::setw(15) << g.value("strategy", "") << std::setw(14)
               << g.value("state", "") << bundles << "\n";
   }
+  const json elastic = s.value("elastic_groups", json::array());
+  if (!elastic.empty()) {
+    std::cout << "\nELASTIC GROUPS\n" << std::setw(6) << "ID" << std::setw(16) << "NAME" << std::setw(6) << "JOB" << std::setw(5)
+              << "MIN" << std::setw(5) << "MAX" << std::setw(8) << "TARGET" << std::setw(6) << "LIVE" << "WHY BELOW TARGET\n";
+    for (const auto& g : elastic) {
+      std::cout << std::setw(6) << g.value("id", 0) << std::setw(16) << g.value("name", "") << std::setw(6) << g.value("job", 0)
+                << std::setw(5) << g.value("min", 0) << std::setw(5) << g.value("max", 0) << std::setw(8) << g.value("target", 0)
+                << std::setw(6) << g.value("live", 0) << g.value("reason", "") << "\n";
+    }
+  }
 }
 
 }  // namespace

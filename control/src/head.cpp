@@ -155,6 +155,8 @@ net::HttpResponse Head::route(const net::HttpRequest& req) {
     if (rest == "/actors" && req.method == "POST") return create_actor(json::parse(req.body));
     if (rest == "/actors/hosted" && req.method == "POST") return host_actor(json::parse(req.body));
     if (rest == "/placement_groups" && req.method == "POST") return create_group(json::parse(req.body));
+    if (rest == "/elastic_groups" && req.method == "POST") return create_elastic(json::parse(req.body));
+    if (rest.rfind("/elastic_groups/", 0) == 0) return route_elastic(req, rest.substr(15));
     if (rest.rfind("/placement_groups/", 0) == 0) return route_group(req, rest.substr(17));
     if (rest.rfind("/actors/", 0) == 0) return route_actor(req, rest.substr(7));
     if (rest == "/jobs" || rest.rfind("/jobs/", 0) == 0) return route_jobs(req, rest.substr(5));
@@ -292,6 +294,65 @@ net::HttpResponse Head::remove_group(std::uint64_t id) {
   return reply(200, json{{"removed", id}, {"killed_actors", *removed}});
 }
 
+// ---- elastic groups ----
+
+// {"name", "min", "max", "member": a spawn request (its "owner" and "job" are the group's)}.
+net::HttpResponse Head::create_elastic(const json& body) {
+  if (!body.is_object()) return control::error_reply(400, "an elastic group request is a JSON object");
+  ElasticGroupRecord g;
+  g.name = field<std::string>(body, "name", std::string());
+  g.min = field<std::int64_t>(body, "min", std::int64_t{1});
+  g.max = field<std::int64_t>(body, "max", g.min);
+  auto member = body.find("member");
+  if (member == body.end()) return control::error_reply(400, "missing field 'member'");
+  auto spec = SpawnSpec::from_json(*member);
+  if (!spec.ok()) return error_reply(spec.error());
+  if (spec->colocate_with != 0 || spec->placement_group != 0) {
+    return control::error_reply(400, "an elastic group's members are placed one by one: no colocate_with or placement group");
+  }
+  if (g.name.empty()) g.name = spec->name.empty() ? spec->type : spec->name;
+  g.owner = spec->owner;
+  g.job = spec->job;
+  g.member = std::move(*spec);
+  std::lock_guard lk(mu_);
+  if (!owner_linked(g.owner)) return control::error_reply(409, "owner " + std::to_string(g.owner) + " is not connected");
+  auto created = state_->create_elastic(std::move(g));
+  if (!created.ok()) return error_reply(created.error());
+  changed();
+  return reply(200, elastic_json(**created));
+}
+
+net::HttpResponse Head::route_elastic(const net::HttpRequest& req, const std::string& rest) {
+  auto [id, verb] = split_id(rest);
+  if (id == 0) return control::error_reply(404, "bad elastic group id");
+  std::lock_guard lk(mu_);
+  auto it = state_->elastic_groups().find(id);
+  if (it == state_->elastic_groups().end()) return control::error_reply(404, "unknown elastic group " + std::to_string(id));
+  if (verb.empty() && req.method == "GET") return reply(200, elastic_json(it->second));
+  if (verb == "scale" && req.method == "POST") return scale_elastic(id, parse_body(req.body));
+  return control::error_reply(404, "no such elastic group endpoint");
+}
+
+// {"replicas": N} sets the target; {"min": A, "max": B} the bounds (either or both).
+net::HttpResponse Head::scale_elastic(std::uint64_t id, const json& body) {
+  if (!body.is_object()) return control::error_reply(400, "a scale request is a JSON object");
+  std::optional<std::int64_t> target, min, max;
+  if (body.contains("replicas")) target = field<std::int64_t>(body, "replicas");
+  if (body.contains("min")) min = field<std::int64_t>(body, "min");
+  if (body.contains("max")) max = field<std::int64_t>(body, "max");
+  if (!target && !min && !max) return control::error_reply(400, "give replicas, or min and max");
+  auto scaled = state_->scale_elastic(id, target, min, max);
+  if (!scaled.ok()) return error_reply(scaled.error());
+  changed();
+  return reply(200, elastic_json(**scaled));
+}
+
+json Head::elastic_json(const ElasticGroupRecord& g) const {
+  return json{{"id", g.id}, {"name", g.name}, {"min", g.min}, {"max", g.max}, {"target", g.target},
+              {"live", state_->elastic_live(g)}, {"members", g.members}, {"owner", g.owner}, {"job", g.job},
+              {"type", g.member.type}, {"resources", g.member.resources.to_string()}, {"reason", state_->elastic_reason(g)}};
+}
+
 // ---- views ----
 
 net::HttpResponse Head::directory(const net::HttpRequest& req) {
@@ -321,9 +382,11 @@ net::HttpResponse Head::status() {
   for (const auto& [gid, rec] : state_->groups().all()) {
     if (auto g = state_->group(gid)) groups.push_back(group_json(*g));
   }
+  json elastic = json::array();
+  for (const auto& [id, g] : state_->elastic_groups()) elastic.push_back(elastic_json(g));
   return reply(200, json{{"head", address()}, {"link", link_address_}, {"session_dir", config_.session_dir},
                          {"logs", (std::filesystem::path(config_.session_dir) / "logs").string()},
-                         {"nodes", nodes}, {"actors", actors}, {"placement_groups", groups}});
+                         {"nodes", nodes}, {"actors", actors}, {"placement_groups", groups}, {"elastic_groups", elastic}});
 }
 
 // "node" and "worker" are numbers, 0 while the actor has none.
@@ -332,7 +395,8 @@ json Head::actor_json(const ActorRecord& a) const {
               {"type", a.spec.type}, {"name", a.spec.name}, {"state", std::string(to_string(a.state))},
               {"node", a.node}, {"worker", a.worker}, {"pid", a.pid}, {"gateway", a.gateway},
               {"incarnation", a.incarnation}, {"restarts", a.restarts}, {"max_restarts", a.spec.max_restarts},
-              {"resources", a.spec.resources.to_string()}, {"reason", a.reason}, {"owner", a.spec.owner}};
+              {"resources", a.spec.resources.to_string()}, {"reason", a.reason}, {"owner", a.spec.owner},
+              {"elastic_group", a.spec.elastic_group}};
 }
 
 json Head::node_json(std::uint64_t id) {

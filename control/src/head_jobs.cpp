@@ -223,6 +223,15 @@ net::HttpResponse Head::route_jobs(const net::HttpRequest& req, const std::strin
     out["already_ended"] = was_ended;
     return reply(200, out);
   }
+  if (verb.rfind("groups/", 0) == 0 && verb.size() > 13 && verb.substr(verb.size() - 6) == "/scale" && req.method == "POST") {
+    const std::string name = verb.substr(7, verb.size() - 13);   // groups/{name}/scale
+    const JobRecord* j = state_->jobs().find(id);
+    for (const auto& [gid, g] : state_->elastic_groups()) {
+      if (g.name == name && (g.job == id || g.owner == j->owner)) return scale_elastic(gid, req.body.empty() ? json::object() : json::parse(req.body));
+    }
+    return error_reply(404, "job " + std::to_string(id) + " has no elastic group '" + name + "'" +
+                                (ended(j->state) ? " (it has ended)" : ""));
+  }
   if (verb == "logs" && req.method == "GET") {
     lk.unlock();
     return job_logs(id, req);

@@ -410,17 +410,145 @@ void HeadState::restart_or_bury(ActorRecord& a, const std::string& why, std::map
 }
 
 void HeadState::after_release() {
-  for (auto gid : scheduler_.take_ready_groups()) {
-    spdlog::info("head: {} is reserved", group_name(gid));
-    save_group(gid);   // its actors waiting for it are placed below
+  for (int round = 0; round < 4; ++round) {   // stopping members past a target frees room: again, a few times at most
+    for (auto gid : scheduler_.take_ready_groups()) {
+      spdlog::info("head: {} is reserved", group_name(gid));
+      save_group(gid);   // its actors waiting for it are placed below
+    }
+    place_pending();
+    schedule_jobs();
+    if (!reconcile_elastic()) break;
   }
+}
+
+void HeadState::place_pending() {
+  auto waiting = [](const ActorRecord& a) {
+    return (a.state == ActorState::Pending || a.state == ActorState::Restarting) && a.worker == 0;
+  };
   for (auto& [aid, a] : actors_.all()) {
-    if ((a.state == ActorState::Pending || a.state == ActorState::Restarting) && a.worker == 0) {
+    if (waiting(a) && (a.spec.elastic_group == 0 || !elastic_.contains(a.spec.elastic_group))) {
       place_and_start(a);
       actors_.save(a);
     }
   }
-  schedule_jobs();
+  // Elastic members: one at a time to the group furthest below its target, while any can be placed.
+  for (;;) {
+    std::vector<placement::ElasticDemand> demands;
+    for (auto& [gid, g] : elastic_) demands.push_back(demand(g));
+    bool placed = false;
+    for (auto gid : placement::elastic_grow_order(demands)) {
+      for (auto mid : elastic_.at(gid).members) {
+        ActorRecord* a = actors_.find(mid);
+        if (a == nullptr || !waiting(*a)) continue;
+        place_and_start(*a);
+        actors_.save(*a);
+        if (a->worker != 0) {
+          placed = true;
+          break;
+        }
+      }
+      if (placed) break;
+    }
+    if (!placed) return;
+  }
+}
+
+placement::ElasticDemand HeadState::demand(const ElasticGroupRecord& g) {
+  placement::ElasticDemand d{g.id, g.target, 0, 0};
+  for (auto mid : g.members) {
+    const ActorRecord* a = actors_.find(mid);
+    if (a == nullptr || a->state == ActorState::Dead) continue;
+    if (a->worker != 0) ++d.live;   // running, or placed and starting: it has its room
+    else ++d.starting;
+  }
+  return d;
+}
+
+std::int64_t HeadState::elastic_live(const ElasticGroupRecord& g) {
+  std::int64_t n = 0;
+  for (auto mid : g.members) {
+    const ActorRecord* a = actors_.find(mid);
+    n += a != nullptr && a->state == ActorState::Alive ? 1 : 0;
+  }
+  return n;
+}
+
+std::string HeadState::elastic_reason(const ElasticGroupRecord& g) {
+  if (elastic_live(g) >= g.target) return "";
+  for (auto mid : g.members) {
+    const ActorRecord* a = actors_.find(mid);
+    if (a != nullptr && a->state != ActorState::Alive && a->state != ActorState::Dead && !a->reason.empty()) return a->reason;
+  }
+  return "members are starting";
+}
+
+bool HeadState::reconcile_elastic() {
+  bool any = false;
+  for (auto& [gid, g] : elastic_) {
+    std::erase_if(g.members, [&](std::uint64_t mid) {
+      const ActorRecord* a = actors_.find(mid);
+      return a == nullptr || a->state == ActorState::Dead;   // a departed member: replaced below
+    });
+    const auto d = demand(g);
+    auto delta = placement::elastic_delta(d);
+    for (; delta > 0; --delta) {
+      ActorRecord& a = actors_.add(g.member);
+      g.members.push_back(a.id);
+      place_and_start(a);
+      actors_.save(a);
+      any = true;
+    }
+    // Past the target: the newest waiting members first, then the newest running ones.
+    for (int pass = 0; pass < 2 && delta < 0; ++pass) {
+      for (auto it = g.members.rbegin(); it != g.members.rend() && delta < 0; ++it) {
+        ActorRecord* a = actors_.find(*it);
+        if (a == nullptr || a->state == ActorState::Dead || (pass == 0) == (a->state == ActorState::Alive)) continue;
+        bury(*a, "its elastic group " + g.name + " shrank to " + std::to_string(g.target));
+        ++delta;
+        any = true;
+      }
+    }
+  }
+  return any;
+}
+
+Result<const ElasticGroupRecord*> HeadState::create_elastic(ElasticGroupRecord g) {
+  if (g.min < 1 || g.max < g.min || g.max > 1000) {
+    return Error{ControlCode::BadRequest, "an elastic group needs 1 <= min <= max <= 1000 (got min " + std::to_string(g.min) +
+                                              ", max " + std::to_string(g.max) + ")"};
+  }
+  g.id = next_elastic_++;
+  g.target = g.max;
+  g.member.elastic_group = g.id;
+  g.member.owner = g.owner;
+  g.member.job = g.job;
+  g.members.clear();
+  auto [it, _] = elastic_.emplace(g.id, std::move(g));
+  spdlog::info("head: elastic group {} ({}): {} to {} members", it->second.id, it->second.name, it->second.min, it->second.max);
+  after_release();   // starts its members
+  return &it->second;
+}
+
+Result<const ElasticGroupRecord*> HeadState::scale_elastic(std::uint64_t id, std::optional<std::int64_t> target,
+                                                           std::optional<std::int64_t> min, std::optional<std::int64_t> max) {
+  auto it = elastic_.find(id);
+  if (it == elastic_.end()) return Error{ControlCode::NotFound, "unknown elastic group " + std::to_string(id)};
+  ElasticGroupRecord& g = it->second;
+  const std::int64_t new_min = min.value_or(g.min), new_max = max.value_or(g.max);
+  if (new_min < 1 || new_max < new_min || new_max > 1000) {
+    return Error{ControlCode::BadRequest, "bounds must be 1 <= min <= max <= 1000 (got min " + std::to_string(new_min) +
+                                              ", max " + std::to_string(new_max) + ")"};
+  }
+  if (target && (*target < new_min || *target > new_max)) {
+    return Error{ControlCode::BadRequest, "replicas " + std::to_string(*target) + " is out of [" + std::to_string(new_min) +
+                                              ", " + std::to_string(new_max) + "]"};
+  }
+  g.min = new_min;
+  g.max = new_max;
+  g.target = target.value_or(std::clamp(g.target, new_min, new_max));
+  spdlog::info("head: elastic group {} ({}): target {} in [{}, {}]", g.id, g.name, g.target, g.min, g.max);
+  after_release();
+  return &g;
 }
 
 // ---- placement groups ---------------------------------------------------------------------------
@@ -457,6 +585,7 @@ Result<std::vector<placement::ActorId>> HeadState::remove_group(std::uint64_t id
 std::pair<std::size_t, std::size_t> HeadState::owner_gone(std::uint64_t owner, const std::string& why) {
   if (owner == 0) return {0, 0};
   std::size_t actors = 0, groups = 0;
+  std::erase_if(elastic_, [&](const auto& e) { return e.second.owner == owner; });   // no member is replaced now
   for (auto& [id, a] : actors_.all()) {
     if (a.spec.owner != owner || a.state == ActorState::Dead) continue;
     bury(a, why);

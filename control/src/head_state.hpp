@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "head_tables.hpp"
+#include "troupe/placement/elastic.hpp"
 #include "troupe/placement/scheduler.hpp"
 
 namespace troupe::control {
@@ -85,6 +86,18 @@ class HeadState {
   void driver_progress(std::uint64_t node, std::uint64_t job, std::int64_t attempt, const std::string& message);
   void driver_exited(std::uint64_t node, std::uint64_t job, std::int64_t attempt, const std::string& how);
   JobManager& jobs() { return jobs_; }
+
+  // Elastic groups. create: BadRequest unless 1 <= min <= max <= 1000; the target starts at max.
+  // scale: a new target (clamped to nothing: out of [min, max] is a BadRequest), or new bounds
+  // (the target is kept within them). Members are started, placed by the deficit rule, replaced
+  // when they die, and stopped (the newest first, waiting ones before running ones) past the target.
+  Result<const ElasticGroupRecord*> create_elastic(ElasticGroupRecord g);
+  Result<const ElasticGroupRecord*> scale_elastic(std::uint64_t id, std::optional<std::int64_t> target,
+                                                  std::optional<std::int64_t> min, std::optional<std::int64_t> max);
+  const std::map<std::uint64_t, ElasticGroupRecord>& elastic_groups() const { return elastic_; }
+  // Its members running now, and why it has fewer than its target ("" when it does not).
+  std::int64_t elastic_live(const ElasticGroupRecord& g);
+  std::string elastic_reason(const ElasticGroupRecord& g);
   // The jobs that ended since the last call.
   std::vector<std::uint64_t> take_ended_jobs() { return std::exchange(ended_jobs_, {}); }
   // Kills the owner's actors and removes its placement groups; how many of each.
@@ -113,6 +126,9 @@ class HeadState {
   void after_release();                         // room came free: waiting groups, then waiting actors
   void save_group(std::uint64_t id);
   void schedule_jobs();                         // places waiting jobs' drivers and orders their start
+  void place_pending();                         // waiting actors: plain ones by id, then elastic members by deficit
+  bool reconcile_elastic();                     // members started or stopped toward each target; true if any
+  placement::ElasticDemand demand(const ElasticGroupRecord& g);
   // The current attempt of `j` ended: what it owns goes; it is retried, or the job ends.
   void attempt_ended(JobRecord& j, std::optional<int> exit_code, std::optional<int> signal, const std::string& why);
   JobRecord* launched_job(std::uint64_t node, std::uint64_t job, std::int64_t attempt);
@@ -125,6 +141,8 @@ class HeadState {
   JobManager jobs_;
   IdSequence owners_;
   std::vector<std::uint64_t> ended_jobs_;
+  std::map<std::uint64_t, ElasticGroupRecord> elastic_;   // not stored: they go with their drivers
+  std::uint64_t next_elastic_ = 1;
 };
 
 }  // namespace troupe::control

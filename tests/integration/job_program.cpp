@@ -7,6 +7,8 @@
 //   job_program fail N         prints a line and exits with N
 //   job_program attempts R     attempt 1: an actor needing R, then waits (its node is killed);
 //                              a later attempt prints which it is and exits 0
+//   job_program elastic R      an elastic group "echoes" of 1 to 4 members needing R; prints each
+//                              epoch's size and its joins, calling every member, until a signal
 #include <unistd.h>
 
 #include <cstdlib>
@@ -90,6 +92,26 @@ int main(int argc, char** argv) {
     }
     std::cout << "attempt " << env("TROUPE_JOB_ATTEMPT") << " ran on node " << env("TROUPE_NODE_ID") << std::endl;
     return 0;
+  }
+  if (mode == "elastic") {
+    auto group = rt.spawn_elastic_group<Echo>(troupe::Elastic{1, 4}.name("echoes"),
+                                              troupe::Options{}.name("echo").process(true).resources(arg));
+    group.on_join([](const troupe::ActorRef<Echo>& e) {
+      std::cout << "joined " << e.call(&Echo::say, "welcome").get() << std::endl;
+    });
+    group.on_resize([](const std::vector<troupe::ActorRef<Echo>>& before, const std::vector<troupe::ActorRef<Echo>>& now) {
+      std::cout << "resize " << before.size() << " -> " << now.size() << std::endl;
+    });
+    std::size_t shown = 0;
+    for (;;) {
+      auto replies = group.call_all(&Echo::say, std::string("ping")).result();
+      const std::size_t n = group.size();
+      if (replies.ok() && n != shown) {
+        std::cout << "size " << n << " epoch " << group.epoch() << " replies " << replies->size() << std::endl;
+        shown = n;
+      }
+      ::usleep(50000);
+    }
   }
   std::cerr << "unknown mode " << mode << std::endl;
   return 2;

@@ -50,6 +50,10 @@ std::shared_ptr<ActorCell> spawn_actor(RuntimeImpl& rt, const ActorTypeInfo& typ
 void kill_actor(RuntimeImpl& rt, const std::shared_ptr<ActorCell>& cell);
 }  // namespace detail
 
+class Elastic;
+template <class T>
+class ElasticGroup;
+
 // A set of resource bundles reserved together on the cluster (Ray's placement groups): PACK,
 // SPREAD, STRICT_PACK or STRICT_SPREAD. All bundles or none (PG-1). Cheap to copy.
 class PlacementGroup {
@@ -107,6 +111,12 @@ class Runtime {
   template <class T, class... A>
   ActorGroup<T> spawn_group(std::size_t n, const Options& opts, const A&... args);
 
+  // An elastic group (troupe/elastic.hpp): between `e`'s min and max members of T, as the cluster
+  // has room, placed and replaced by the head; waits until min members run (bounded by the
+  // group's wait, then throws CallError(Unavailable) with the head's reason).
+  template <class T, class... A>
+  ElasticGroup<T> spawn_elastic_group(const Elastic& e, const Options& opts, A&&... args);
+
   // Stops the actor: its pending and queued calls fail with ActorDied at once; a call it is
   // running finishes first, and its result is dropped. Idempotent.
   template <class T>
@@ -130,6 +140,8 @@ class Runtime {
 
  private:
   explicit Runtime(std::unique_ptr<detail::RuntimeImpl> impl);
+  template <class T>
+  friend class ElasticGroup;
   std::unique_ptr<detail::RuntimeImpl> impl_;
 };
 

@@ -10,6 +10,7 @@
 
 #include "troupe/actor_ref.hpp"
 #include "troupe/codec.hpp"
+#include "troupe/elastic.hpp"
 #include "troupe/error.hpp"
 #include "troupe/future.hpp"
 #include "troupe/options.hpp"

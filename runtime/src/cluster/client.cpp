@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <algorithm>
 #include <filesystem>
 
 #include "cluster/peers.hpp"
@@ -142,6 +143,63 @@ std::shared_ptr<detail::ActorCell> ClusterClient::spawn(const detail::ActorTypeI
   return cell;
 }
 
+std::uint64_t ClusterClient::create_elastic(const detail::ActorTypeInfo& type, const std::string& signature,
+                                            const Payload& ctor_args, const Options& opts, const std::string& name,
+                                            int min, int max) {
+  if (!ctor_args.tensors.empty()) {
+    throw CallError(Error{ErrorCode::BadArguments, "tensors cannot be constructor arguments of a worker actor"});
+  }
+  json member{{"type", type.name}, {"name", opts.name().empty() ? name : opts.name()}, {"ctor_signature", signature},
+              {"ctor_args", net::to_hex(ctor_args.bytes)}, {"max_restarts", opts.max_restarts()},
+              {"max_retries", opts.max_retries()}, {"resources", opts.resource_text()}, {"binary", self_binary()},
+              {"owner", opts.lifetime_detached() ? 0 : owner_}, {"job", own_job()}};
+  auto res = call_head("POST", "/api/v1/elastic_groups", json{{"name", name}, {"min", min}, {"max", max}, {"member", member}});
+  return res.at("id").get<std::uint64_t>();
+}
+
+std::vector<std::shared_ptr<detail::ActorCell>> ClusterClient::elastic_members(std::uint64_t group, const std::string& type,
+                                                                               const Options& opts) {
+  std::vector<std::pair<std::uint64_t, std::string>> alive;
+  std::vector<std::shared_ptr<detail::ActorCell>> out;
+  {
+    std::lock_guard lk(mu_);
+    for (const auto& [id, a] : latest_) {
+      if (a.value("elastic_group", std::uint64_t{0}) != group || a.value("state", "") != "alive") continue;
+      auto it = cells_.find(id);
+      auto cell = it != cells_.end() ? it->second.lock() : nullptr;
+      if (cell && !cell->dead()) out.push_back(std::move(cell));
+      else alive.emplace_back(id, a.value("name", ""));
+    }
+  }
+  for (const auto& [id, name] : alive) {   // first sight: a cell bound from the pushed entry
+    out.push_back(make_cell(id, type, name, opts.max_retries(), opts.call_timeout()));
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a->id() < b->id(); });
+  return out;
+}
+
+bool ClusterClient::wait_elastic(std::uint64_t group, std::size_t min, std::chrono::steady_clock::time_point deadline,
+                                 std::string* why) {
+  std::unique_lock lk(mu_);
+  auto count = [&] {
+    std::size_t n = 0;
+    for (const auto& [id, a] : latest_) {
+      n += a.value("elastic_group", std::uint64_t{0}) == group && a.value("state", "") == "alive" ? 1 : 0;
+    }
+    return n;
+  };
+  if (directory_cv_.wait_until(lk, deadline, [&] { return stopping_ || count() >= min; }) && !stopping_) return true;
+  lk.unlock();
+  if (why != nullptr) {
+    try {
+      *why = call_head("GET", "/api/v1/elastic_groups/" + std::to_string(group), nullptr).value("reason", "");
+    } catch (const CallError& e) {
+      *why = e.error().message;
+    }
+  }
+  return false;
+}
+
 std::shared_ptr<detail::ActorCell> ClusterClient::attach(std::uint64_t id, const std::string& type) {
   json a;
   try {
@@ -203,6 +261,10 @@ void ClusterClient::kill(const std::shared_ptr<detail::ActorCell>& cell) {
 
 void ClusterClient::stop(bool keep_actors) {
   if (stopping_.exchange(true)) return;
+  {
+    std::lock_guard lk(mu_);   // waiters on the directory wake and see stopping_
+  }
+  directory_cv_.notify_all();
   if (!keep_actors) {
     std::set<std::uint64_t> owned;
     { std::lock_guard lk(mu_); owned.swap(owned_); }
@@ -328,6 +390,7 @@ void ClusterClient::apply(const json& a) {
     latest = a;
     if (auto it = cells_.find(id); it != cells_.end()) cell = it->second.lock();
   }
+  if (a.value("elastic_group", std::uint64_t{0}) != 0) directory_cv_.notify_all();
   if (!cell || cell->dead()) return;
   std::string state = a.value("state", "");
   auto incarnation = a.value("incarnation", std::uint64_t{0});

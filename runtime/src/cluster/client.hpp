@@ -10,6 +10,7 @@
 #include <atomic>
 #include <functional>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -86,6 +87,15 @@ class ClusterClient {
   void seed_group(std::uint64_t id, const std::string& state);
   // This process removed it: its futures fail now, not when the head's push comes.
   void group_removed(std::uint64_t id);
+  // Elastic groups (troupe/elastic.hpp). create: the head's group id; throws CallError.
+  std::uint64_t create_elastic(const detail::ActorTypeInfo& type, const std::string& signature, const Payload& ctor_args,
+                               const Options& opts, const std::string& name, int min, int max);
+  // The group's members running now, as the head pushed them, with a cell each (made on first sight).
+  std::vector<std::shared_ptr<detail::ActorCell>> elastic_members(std::uint64_t group, const std::string& type,
+                                                                  const Options& opts);
+  // Waits until at least `min` members run, or `deadline`; false then, with the head's reason.
+  bool wait_elastic(std::uint64_t group, std::size_t min, std::chrono::steady_clock::time_point deadline, std::string* why);
+
   // A link to a worker ended (on the io thread): its actors' calls learn what that means.
   void on_link_lost(const net::Link& link, net::LinkEnd end, const std::string& why);
 
@@ -109,6 +119,7 @@ class ClusterClient {
   // before the spawn reply was read), and a cell made later starts from it.
   std::map<std::uint64_t, nlohmann::json> latest_;
   std::set<std::uint64_t> unlinked_;   // alive, but their worker could not be linked yet
+  std::condition_variable directory_cv_;   // an entry of latest_ changed
   struct GroupWatch {
     std::string state;                    // as last pushed (or seeded); "" while unknown
     std::vector<Promise<void>> waiting;   // ready futures given out before it was CREATED

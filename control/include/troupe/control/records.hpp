@@ -56,6 +56,7 @@ struct SpawnSpec {
                                         // ends (JOB-1); 0: detached, removed only by hand
   std::uint64_t job = 0;                // the job whose process created it, 0: none; a relative
                                         // `binary` names a file of that job's package
+  std::uint64_t elastic_group = 0;      // the elastic group it is a member of, 0: none
 
   // From a create-actor request body ({"type", "ctor_signature", "ctor_args" (hex), "binary",
   // optional "name", "resources", "max_restarts", "max_retries", "placement_group",
@@ -97,6 +98,19 @@ struct GroupRecord {
   bool wait_if_unplaced = true;
   std::vector<std::uint64_t> bundle_nodes;   // per bundle: where it is reserved, 0: not reserved
   std::uint64_t owner = 0;                   // as SpawnSpec::owner
+};
+
+// An elastic group: members of one spawn spec, as many as the cluster has room for up to its
+// target (min <= target <= max); the head starts members as room appears and replaces those that
+// die; the driver admits them into its epochs (troupe/elastic.hpp). It goes with its owner.
+struct ElasticGroupRecord {
+  std::uint64_t id = 0;
+  std::string name;
+  std::int64_t min = 1, max = 1, target = 1;
+  SpawnSpec member;                     // each member's spec (its owner and job are the group's)
+  std::uint64_t owner = 0;
+  std::uint64_t job = 0;
+  std::vector<std::uint64_t> members;   // actors started for it and not dead, oldest first
 };
 
 // What a job runs: the submit request, checked once where it enters the head.

@@ -1,0 +1,133 @@
+// Elastic groups on real daemons: a job's group grows when a daemon joins, follows `troupe job
+// scale`, and shrinks when a member's node is killed, with the job running throughout.
+#include <doctest/doctest.h>
+
+#include <signal.h>
+
+#include <regex>
+
+#include <nlohmann/json.hpp>
+
+#include "cluster_harness.hpp"
+#include "test_actors.hpp"
+#include "troupe/elastic.hpp"
+
+namespace {
+
+using json = nlohmann::json;
+
+std::string last_line(const std::string& text) {
+  std::string out = text;
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  const auto nl = out.rfind('\n');
+  return nl == std::string::npos ? out : out.substr(nl + 1);
+}
+
+// Waits until the job's log holds `needle`; the log then.
+std::string wait_log(const itest::Cluster& c, const std::string& id, const std::string& needle, std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::string logs;
+  while (std::chrono::steady_clock::now() < deadline) {
+    logs = c.job({"logs", id}).output;
+    if (logs.find(needle) != std::string::npos) return logs;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return logs;
+}
+
+std::size_t count(const std::string& text, const std::string& needle) {
+  std::size_t n = 0;
+  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("a job's elastic group grows when a daemon joins, follows troupe job scale, and shrinks when a node is killed") {
+  itest::Cluster c("CPU=2");   // the driver's CPU=1 and room for one member
+  auto s = c.job({"submit", "--no-wait", "--", TROUPE_JOB_PROGRAM, "elastic", "CPU=1"});
+  REQUIRE(s.status == 0);
+  const std::string id = last_line(s.output);
+  std::string logs = wait_log(c, id, "size 1 epoch", std::chrono::seconds(20));
+  INFO(logs);
+  REQUIRE(logs.find("size 1 epoch") != std::string::npos);
+  const json g = c.status()["elastic_groups"][0];
+  CHECK(g["name"] == "echoes");
+  CHECK(g["target"] == 4);
+  CHECK(g["live"] == 1);
+  CHECK(g["reason"].get<std::string>().find("waiting for resources") != std::string::npos);   // says why it is below
+
+  const pid_t node = c.add_node("CPU=2");   // room for two more: it grows to 3
+  logs = wait_log(c, id, "size 3 epoch", std::chrono::seconds(20));
+  REQUIRE(logs.find("size 3 epoch") != std::string::npos);
+  CHECK(count(logs, "joined welcome from pid") == 3);   // every member passed on_join before serving
+  CHECK(logs.find("replies 3") != std::string::npos);
+
+  auto scaled = c.job({"scale", id, "echoes", "--replicas", "2"});
+  INFO(scaled.output);
+  CHECK(scaled.status == 0);
+  logs = wait_log(c, id, "size 2 epoch", std::chrono::seconds(20));
+  CHECK(logs.find("size 2 epoch") != std::string::npos);
+  auto out_of_range = c.job({"scale", id, "echoes", "--replicas", "9"});
+  CHECK(out_of_range.status != 0);
+  auto too_many = c.job({"scale", id, "echoes", "--max", "2", "--min", "3"});
+  CHECK(too_many.status == 1);
+  CHECK(too_many.output.find("min <= max") != std::string::npos);
+  auto unknown = c.job({"scale", id, "nosuch", "--replicas", "1"});
+  CHECK(unknown.status == 1);
+  CHECK(unknown.output.find("has no elastic group 'nosuch'") != std::string::npos);
+
+  // Its node killed: the member there leaves; the job keeps running with the one on the head's node.
+  ::kill(node, SIGKILL);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (count(logs, "size 1 epoch") < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    logs = c.job({"logs", id}).output;
+  }
+  CHECK(count(logs, "size 1 epoch") == 2);
+  CHECK(c.job({"status", id, "--json"}).output.find("RUNNING") != std::string::npos);
+  CHECK(c.job({"stop", id, "--grace-s", "2"}).status == 0);
+  CHECK(c.wait_until([](const json& st) { return st.value("elastic_groups", json::array()).empty(); }, std::chrono::seconds(5)));
+}
+
+TEST_CASE("an elastic group below its min fails its calls clearly, and waits for min members only as long as it is told") {
+  itest::Cluster c("CPU=2");
+  auto rt = itest::connect(c, std::chrono::seconds(10));
+  // Two members need CPU=2 each: none fits this node, and the wait for min is bounded.
+  const auto t0 = std::chrono::steady_clock::now();
+  bool refused = false;
+  try {
+    rt.spawn_elastic_group<Store>(troupe::Elastic{1, 2}.name("big").wait_for_min(std::chrono::milliseconds(500)),
+                                  troupe::Options{}.process(true).resources("CPU=3"), 1);
+  } catch (const troupe::CallError& e) {
+    refused = true;
+    CHECK(e.code() == troupe::ErrorCode::Unavailable);
+    CHECK(std::string(e.what()).find("fewer than 1 members") != std::string::npos);
+    CHECK(std::string(e.what()).find("waiting for resources") != std::string::npos);
+  }
+  CHECK(refused);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+
+  // One member, on the only node with `solo`: when that node dies the group is below min, and
+  // its calls fail at once naming it; a new node with room brings a member back in a later epoch.
+  const pid_t solo = c.add_node("CPU=1,solo=1");
+  auto group = rt.spawn_elastic_group<Store>(troupe::Elastic{1, 1}.name("one"),
+                                             troupe::Options{}.process(true).resources("CPU=1,solo=1"), 5);
+  REQUIRE(group.size() == 1);
+  CHECK(group.call_all(&Store::get).get() == std::vector<int>{5});
+  const auto epoch = group.epoch();
+  ::kill(solo, SIGKILL);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (group.size() != 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE(group.size() == 0);
+  auto failed = group.call_all(&Store::get).result();
+  REQUIRE(!failed.ok());
+  CHECK(failed.error().code == troupe::ErrorCode::Unavailable);
+  CHECK(failed.error().message.find("elastic group one has 0 members, fewer than its min of 1") != std::string::npos);
+  c.add_node("CPU=1,solo=1");
+  deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (group.size() != 1 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(group.size() == 1);
+  CHECK(group.epoch() > epoch + 1);
+  CHECK(group.call_all(&Store::get).get() == std::vector<int>{5});
+}
