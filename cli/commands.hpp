@@ -29,6 +29,7 @@ struct StartFlags : CommonFlags {
   int node_timeout_ms = 2500;
   std::uint64_t max_package_bytes = std::uint64_t(1) << 30;   // head: a job package, at most
   std::uint64_t package_store_bytes = std::uint64_t(10) << 30;   // head: all packages (LRU past it)
+  double drain_deadline_s = 30;           // node: SIGTERM drains it first, for at most this long
   std::string work_dir;                   // the node's job directories; "": <session>/node-<pid>
   std::string cache_dir;                  // its package cache; "": <work_dir>/packages
 };
@@ -50,6 +51,8 @@ int stop(const CommonFlags& f);
 // Removes what no driver owns any more (detached actors and groups) by hand.
 int actor_kill(const CommonFlags& f, std::uint64_t id, const std::string& reason);
 int group_remove(const CommonFlags& f, std::uint64_t id);
+// Drains a node and waits until it is drained; prints what could not move.
+int node_drain(const CommonFlags& f, std::uint64_t id, double deadline_s);
 
 // `troupe job ...` (job.cpp). ID is the job's number or its submission id.
 int job_submit(const JobSubmitFlags& f);

@@ -5,6 +5,7 @@
 //   troupe stop
 //   troupe actor kill ID [--reason R]
 //   troupe pg remove ID
+//   troupe node drain ID [--deadline-s S]
 //   troupe job submit [--working-dir DIR] [--env K=V]... [--entrypoint-resources R] [--max-attempts K]
 //                     [--name N] [--submission-id ID] [--metadata K=V]... [--no-wait] -- CMD ARGS...
 //   troupe job status ID [--json] | list [--json] | logs ID [-f] | stop ID [--grace-s S] | delete ID
@@ -65,6 +66,9 @@ int main(int argc, char** argv) {
   s->add_option("--package-store-bytes", start.package_store_bytes,
                 "Head: packages kept in all; past it the least recently used no live job names go (default 10 GiB)")
       ->check(CLI::Range(std::uint64_t(1), std::uint64_t(1) << 50));
+  s->add_option("--drain-deadline-s", start.drain_deadline_s,
+                "Node: SIGTERM drains it first (elastic members leave, actors move), for at most this long (default 30)")
+      ->check(CLI::Range(0.0, 86400.0));
   s->add_option("--work-dir", start.work_dir, "Node: where jobs' directories go (default <session>/node-<pid>)");
   s->add_option("--cache-dir", start.cache_dir, "Node: where fetched job packages are kept (default <work-dir>/packages)");
 
@@ -84,6 +88,14 @@ int main(int argc, char** argv) {
   auto* kill = add_id_command(actor, "kill", "Kill an actor: its calls fail with ActorDied",
                               "The actor's id (troupe status)", common, target);
   kill->add_option("--reason", reason, "Why, as its callers will read it");
+  double drain_deadline = 30;
+  auto* node = app.add_subcommand("node", "Nodes of the cluster");
+  node->require_subcommand(1);
+  auto* drain = add_id_command(node, "drain",
+                               "Drain a node: it takes nothing new, its actors move (elastic members leave), then it can be stopped",
+                               "The node's id (troupe status)", common, target);
+  drain->add_option("--deadline-s", drain_deadline, "Wait at most this long for its actors to move (default 30)")
+      ->check(CLI::Range(0.0, 86400.0));
   auto* pg = app.add_subcommand("pg", "Placement groups (a detached one stays until removed here)");
   pg->require_subcommand(1);
   auto* remove = add_id_command(pg, "remove", "Remove a placement group: its bundles come free, its actors are killed",
@@ -144,6 +156,7 @@ int main(int argc, char** argv) {
     if (sp->parsed()) return troupe::cli::stop(common);
     if (kill->parsed()) return troupe::cli::actor_kill(common, target, reason);
     if (remove->parsed()) return troupe::cli::group_remove(common, target);
+    if (drain->parsed()) return troupe::cli::node_drain(common, target, drain_deadline);
     if (jsub->parsed()) return troupe::cli::job_submit(submit);
     if (jstatus->parsed()) return troupe::cli::job_status(common, job_ref, as_json);
     if (jlist->parsed()) return troupe::cli::job_list(common, as_json);

@@ -14,6 +14,8 @@
 #include <memory>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "commands.hpp"
 #include "troupe/control/head.hpp"
 #include "troupe/control/node_daemon.hpp"
@@ -48,13 +50,37 @@ std::string pid_file(const StartFlags& f) {
   return (fs::path(f.temp_dir) / "pids" / ((f.head ? "head-" : "node-") + std::to_string(::getpid()) + ".pid")).string();
 }
 
-// Waits for a stop signal, or until `finished` says the daemon ended by itself.
+// Waits for a stop signal (returned), or until `finished` says the daemon ended by itself (0).
 template <class F>
-void wait_for_stop(F finished) {
+int wait_for_stop(F finished) {
   sigset_t set = stop_signals();
   timespec tick{0, 200'000'000};
   while (!finished()) {
-    if (sigtimedwait(&set, nullptr, &tick) > 0) return;
+    if (int sig = sigtimedwait(&set, nullptr, &tick); sig > 0) return sig;
+  }
+  return 0;
+}
+
+// SIGTERM to a node's daemon is a preemption notice: the node drains first (its elastic members
+// leave, its actors move), for at most the deadline, and then stops.
+void drain_self(const std::string& host, std::uint16_t port, const std::string& token, std::uint64_t node, double deadline_s) {
+  const std::string target = "/api/v1/nodes/" + std::to_string(node);
+  try {
+    auto res = net::http_call(host, port, "POST", target + "/drain", nlohmann::json{{"deadline_s", deadline_s}}.dump(), token,
+                              std::chrono::seconds(5));
+    if (res.status != 200) {
+      spdlog::warn("node {}: the head did not drain it ({}): {}", node, res.status, res.body);
+      return;
+    }
+    spdlog::info("node {}: draining before it stops (deadline {} s)", node, deadline_s);
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::int64_t(deadline_s * 1000) + 5000);
+    while (std::chrono::steady_clock::now() < give_up) {   // each answer comes when its drain state changes
+      auto got = net::http_call(host, port, "GET", target + "?wait_ms=5000", "", token, std::chrono::seconds(10));
+      auto n = nlohmann::json::parse(got.body, nullptr, false);
+      if (got.status != 200 || !n.is_object() || n.value("drain", "") != "draining") break;
+    }
+  } catch (const std::exception& e) {   // the head is gone (troupe stop stops it too): stop now
+    spdlog::warn("node {}: no drain: {}", node, e.what());
   }
 }
 
@@ -118,7 +144,8 @@ int run_daemon(const StartFlags& f, int ready_fd) {
     } else {
       say("ok node " + std::to_string(node.node_id()) + " " + session);
     }
-    wait_for_stop([&] { return node.finished(); });
+    const int sig = wait_for_stop([&] { return node.finished(); });
+    if (sig == SIGTERM && !f.head && !node.finished()) drain_self(head_host, head_port, token, node.node_id(), f.drain_deadline_s);
     spdlog::info("stopping");
     node.stop();
     if (head) head->stop();

@@ -52,8 +52,9 @@ void print_table(const json& s) {
   std::cout << std::left << std::setw(6) << "ID" << std::setw(18) << "ADDRESS" << std::setw(7) << "STATE"
             << std::setw(34) << "TOTAL" << "AVAILABLE\n";
   for (const auto& n : s.at("nodes")) {
+    const std::string drain = n.value("drain", "none");
     std::cout << std::setw(6) << n.value("id", 0) << std::setw(18) << n.value("address", "") << std::setw(7)
-              << n.value("state", "") << std::setw(34) << n.value("resources", "") << n.value("available", "") << "\n";
+              << (drain == "none" || n.value("state", "") == "dead" ? n.value("state", "") : drain) << std::setw(34) << n.value("resources", "") << n.value("available", "") << "\n";
   }
   std::cout << "\nACTORS\n" << std::setw(18) << "ID" << std::setw(20) << "LABEL" << std::setw(16) << "TYPE" << std::setw(6) << "NODE"
             << std::setw(9) << "PID" << std::setw(11) << "STATE" << std::setw(10) << "RESTARTS" << "REASON\n";
@@ -107,6 +108,24 @@ int head_call(const CommonFlags& f, const std::string& method, const std::string
                             std::chrono::seconds(5));
   if (res.status != 200) return refused(res);
   if (out != nullptr) *out = json::parse(res.body, nullptr, false);
+  return 0;
+}
+
+int node_drain(const CommonFlags& f, std::uint64_t id, double deadline_s) {
+  json n;
+  const std::string target = "/api/v1/nodes/" + std::to_string(id);
+  if (int rc = head_call(f, "POST", target + "/drain", json{{"deadline_s", deadline_s}}, &n)) return rc;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::int64_t(deadline_s * 1000) + 30000);
+  while (n.value("drain", "") == "draining" && std::chrono::steady_clock::now() < give_up) {   // answered on each change
+    if (int rc = head_call(f, "GET", target + "?wait_ms=5000", nullptr, &n)) return rc;
+  }
+  if (n.value("drain", "") != "drained") {
+    std::cerr << "troupe: node " << id << " is still " << n.value("drain", "") << "\n";
+    return 1;
+  }
+  const auto left = n.value("drain_left", json::array());
+  std::cout << "node " << id << " drained; it can be stopped" << (left.empty() ? "" : "; stopped before they could move:") << "\n";
+  for (const auto& a : left) std::cout << "  " << a.get<std::string>() << "\n";
   return 0;
 }
 
@@ -174,7 +193,8 @@ int stop(const CommonFlags& f) {
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     std::ifstream in(e.path());
     long pid = 0;
-    if (in >> pid && pid > 0 && ::kill(pid_t(pid), SIGTERM) == 0) targets.push_back({pid_t(pid), e.path()});
+    // SIGINT: stop now (a SIGTERM from outside is a preemption notice: a node drains first).
+    if (in >> pid && pid > 0 && ::kill(pid_t(pid), SIGINT) == 0) targets.push_back({pid_t(pid), e.path()});
     else fs::remove(e.path(), ec);   // stale
   }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);

@@ -156,6 +156,7 @@ net::HttpResponse Head::route(const net::HttpRequest& req) {
     if (rest == "/actors/hosted" && req.method == "POST") return host_actor(json::parse(req.body));
     if (rest == "/placement_groups" && req.method == "POST") return create_group(json::parse(req.body));
     if (rest == "/elastic_groups" && req.method == "POST") return create_elastic(json::parse(req.body));
+    if (rest.rfind("/nodes/", 0) == 0) return route_node(req, rest.substr(6));
     if (rest.rfind("/elastic_groups/", 0) == 0) return route_elastic(req, rest.substr(15));
     if (rest.rfind("/placement_groups/", 0) == 0) return route_group(req, rest.substr(17));
     if (rest.rfind("/actors/", 0) == 0) return route_actor(req, rest.substr(7));
@@ -294,6 +295,40 @@ net::HttpResponse Head::remove_group(std::uint64_t id) {
   return reply(200, json{{"removed", id}, {"killed_actors", *removed}});
 }
 
+// ---- nodes ----
+
+// GET /nodes/{id}[?wait_ms=N] (answered when its drain state changes, or at N);
+// POST /nodes/{id}/drain {"deadline_s": 30}.
+net::HttpResponse Head::route_node(const net::HttpRequest& req, const std::string& rest) {
+  auto [id, verb] = split_id(rest);
+  if (id == 0) return control::error_reply(404, "bad node id");
+  if (verb.empty() && req.method == "GET") {
+    const auto wait = std::chrono::milliseconds(wait_ms_of(req));
+    std::unique_lock lk(mu_);
+    const auto* n = state_->nodes().find(id);
+    if (n == nullptr) return control::error_reply(404, "unknown node " + std::to_string(id));
+    const auto drain = n->rec.drain;
+    const auto state = n->rec.state;
+    cv_.wait_for(lk, wait, [&] {
+      const auto* now = state_->nodes().find(id);
+      return stopping_ || now->rec.drain != drain || now->rec.state != state;
+    });
+    return reply(200, node_json(id));
+  }
+  if (verb == "drain" && req.method == "POST") {
+    const json body = parse_body(req.body);
+    if (!body.is_object()) return control::error_reply(400, "a drain request is a JSON object");
+    const auto deadline = field<double>(body, "deadline_s", 30.0);
+    if (deadline < 0 || deadline > 86400) return control::error_reply(400, "deadline_s must be 0 to 86400");
+    std::lock_guard lk(mu_);
+    auto drained = state_->drain_node(id, std::chrono::milliseconds(std::int64_t(deadline * 1000)));
+    if (!drained.ok()) return error_reply(drained.error());
+    changed();
+    return reply(200, node_json(id));
+  }
+  return control::error_reply(404, "no such node endpoint");
+}
+
 // ---- elastic groups ----
 
 // {"name", "min", "max", "member": a spawn request (its "owner" and "job" are the group's)}.
@@ -396,7 +431,7 @@ json Head::actor_json(const ActorRecord& a) const {
               {"node", a.node}, {"worker", a.worker}, {"pid", a.pid}, {"gateway", a.gateway},
               {"incarnation", a.incarnation}, {"restarts", a.restarts}, {"max_restarts", a.spec.max_restarts},
               {"resources", a.spec.resources.to_string()}, {"reason", a.reason}, {"owner", a.spec.owner},
-              {"elastic_group", a.spec.elastic_group}};
+              {"elastic_group", a.spec.elastic_group}, {"leaving", a.leaving}};
 }
 
 json Head::node_json(std::uint64_t id) {
@@ -406,7 +441,9 @@ json Head::node_json(std::uint64_t id) {
   return json{{"id", id}, {"address", n->rec.address}, {"hostname", n->rec.hostname},
               {"state", std::string(to_string(n->rec.state))}, {"resources", n->rec.total.to_string()},
               {"available", available ? available->to_string() : std::string()}, {"pid", n->rec.pid},
-              {"last_seen_ms_ago", seen.count()}};
+              {"last_seen_ms_ago", seen.count()},
+              {"drain", n->rec.drain == NodeDrain::None ? "none" : n->rec.drain == NodeDrain::Draining ? "draining" : "drained"},
+              {"drain_left", n->rec.drain_left}};
 }
 
 json Head::group_json(const placement::GroupView& g) const {
@@ -434,8 +471,10 @@ void Head::detector_loop() {
     for (const auto& [l, peer] : peers_) {
       if (peer.role == Peer::Role::Node && !peer.link->closed() && state_->node_seen(peer.id).ok()) linked.insert(peer.id);
     }
-    if (state_->expire_nodes(config_.node_timeout)) changed();
-    std::optional<SteadyTime> next;
+    bool moved = state_->expire_nodes(config_.node_timeout);
+    moved = state_->advance_drains(std::chrono::steady_clock::now()) || moved;
+    if (moved) changed();
+    std::optional<SteadyTime> next = state_->next_drain_time();
     for (const auto& [id, n] : state_->nodes().all()) {
       if (n.rec.state != NodeState::Alive || linked.contains(id)) continue;
       const auto due = n.last_seen + config_.node_timeout + std::chrono::milliseconds(1);

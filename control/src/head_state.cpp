@@ -1,5 +1,7 @@
 #include "head_state.hpp"
 
+#include "troupe/ids.hpp"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -169,7 +171,8 @@ void HeadState::node_dead(NodeManager::Node& n, const std::string& why) {
   n.commands.clear();
   nodes_.save(n);
   spdlog::warn("head: node {} is dead: {}", id, why);
-  auto loss = scheduler_.mark_dead(id);
+  const bool drained = n.rec.drain == NodeDrain::Drained;   // the scheduler let it go then
+  auto loss = drained ? Result<placement::NodeLoss>(placement::NodeLoss{}) : scheduler_.mark_dead(id);
   if (!loss.ok()) {
     spdlog::error("head: the scheduler could not retire node {}: {}", id, loss.error().to_string());
   } else {
@@ -197,6 +200,85 @@ void HeadState::node_dead(NodeManager::Node& n, const std::string& why) {
       attempt_ended(j, std::nullopt, std::nullopt, "its driver's node " + std::to_string(id) + " died (" + why + ")");
     }
   }
+}
+
+Result<const NodeRecord*> HeadState::drain_node(std::uint64_t id, std::chrono::milliseconds deadline) {
+  NodeManager::Node* n = nodes_.find(id);
+  if (n == nullptr) return Error{ControlCode::NotFound, "unknown node " + std::to_string(id)};
+  if (n->rec.state != NodeState::Alive) return Error{ControlCode::Conflict, "node " + std::to_string(id) + " is dead"};
+  if (n->rec.drain != NodeDrain::None) return &n->rec;
+  if (auto st = scheduler_.drain_node(id); !st.ok()) {
+    return Error{ControlCode::Conflict, "node " + std::to_string(id) + ": " + st.error().message};
+  }
+  const auto now = std::chrono::steady_clock::now();
+  n->rec.drain = NodeDrain::Draining;
+  n->drain_deadline = now + deadline;
+  n->leave_at = now + std::min<std::chrono::milliseconds>(deadline, std::chrono::seconds(2));
+  spdlog::info("head: draining node {} (deadline {} ms)", id, deadline.count());
+  for (auto& [aid, a] : actors_.all()) {   // elastic members leave their epochs now
+    if (a.node == id && a.state != ActorState::Dead && elastic_.contains(a.spec.elastic_group)) {
+      a.leaving = true;
+      actors_.save(a);
+    }
+  }
+  for (auto& [wid, w] : workers_.all()) {   // a worker whose actors can all restart moves now
+    if (w.node != id || w.state == WorkerState::Dead || w.actors.empty()) continue;
+    const bool movable = std::all_of(w.actors.begin(), w.actors.end(), [&](std::uint64_t aid) {
+      const ActorRecord* a = actors_.find(aid);
+      return a != nullptr && !a->leaving && (a->spec.max_restarts < 0 || a->restarts < a->spec.max_restarts);
+    });
+    if (movable) on_worker_lost(w, "its node " + std::to_string(id) + " is draining");
+  }
+  advance_drains(now);
+  return &n->rec;
+}
+
+bool HeadState::advance_drains(SteadyTime now) {
+  bool any = false;
+  for (auto& [id, n] : nodes_.all()) {
+    if (n.rec.drain != NodeDrain::Draining || n.rec.state != NodeState::Alive) continue;
+    std::vector<ActorRecord*> left;
+    for (auto& [aid, a] : actors_.all()) {
+      if (a.node != id || a.state == ActorState::Dead) continue;
+      if (a.leaving && now >= n.leave_at) {   // its calls had their grace: it leaves; its group replaces it
+        bury(a, "its node " + std::to_string(id) + " was drained");
+        any = true;
+        continue;
+      }
+      left.push_back(&a);
+    }
+    if (!left.empty() && now < n.drain_deadline) continue;
+    for (ActorRecord* a : left) {   // could not move by the deadline: stopped, and listed
+      n.rec.drain_left.push_back(actor_label(a->spec.name.empty() ? a->spec.type : a->spec.name, a->id) + ": " +
+                                 (a->leaving ? "an elastic member" : "no restarts left"));
+      bury(*a, "its node " + std::to_string(id) + " was drained before it could move");
+    }
+    for (auto& [wid, w] : workers_.all()) {
+      if (w.node == id && w.state != WorkerState::Dead) on_worker_lost(w, "its node " + std::to_string(id) + " was drained");
+    }
+    auto loss = scheduler_.mark_dead(id);   // nothing runs there now; its bundles are reserved elsewhere
+    if (loss.ok()) {
+      for (auto gid : loss->re_reserved) save_group(gid);
+      for (auto gid : loss->rescheduling) save_group(gid);
+    }
+    n.rec.drain = NodeDrain::Drained;
+    spdlog::info("head: node {} is drained ({} actors could not move)", id, n.rec.drain_left.size());
+    any = true;
+  }
+  if (any) after_release();
+  return any;
+}
+
+std::optional<SteadyTime> HeadState::next_drain_time() {
+  std::optional<SteadyTime> next;
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& [id, n] : nodes_.all()) {
+    if (n.rec.drain != NodeDrain::Draining) continue;
+    for (auto t : {n.leave_at, n.drain_deadline}) {
+      if (t > now && (!next || t < *next)) next = t;
+    }
+  }
+  return next;
 }
 
 // ---- workers ------------------------------------------------------------------------------------

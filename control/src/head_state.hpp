@@ -45,6 +45,15 @@ class HeadState {
   Status node_gone(std::uint64_t id, const std::string& why);
   // Nodes not heard from for `timeout` die; true when one did.
   bool expire_nodes(std::chrono::milliseconds timeout);
+  // Drains an alive node: it takes nothing new; its elastic members leave their groups' epochs at
+  // once and stop after a grace (min(deadline, 2 s)), so the calls they have finish; workers whose
+  // actors all have restarts left are moved now (restarted elsewhere); the rest is waited for up to
+  // `deadline`, then stopped and listed. Drained once nothing is left: its bundles are reserved
+  // elsewhere and it can be stopped. NotFound, Conflict for a dead node; idempotent.
+  Result<const NodeRecord*> drain_node(std::uint64_t id, std::chrono::milliseconds deadline);
+  // Moves drains on at `now`; true when anything changed. The next time it has to look, if any.
+  bool advance_drains(SteadyTime now);
+  std::optional<SteadyTime> next_drain_time();
 
   // Workers.
   Result<WorkerState> worker_ready(std::uint64_t id, std::string gateway, std::int64_t pid);

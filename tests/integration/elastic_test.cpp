@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <regex>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -130,4 +131,52 @@ TEST_CASE("an elastic group below its min fails its calls clearly, and waits for
   CHECK(group.size() == 1);
   CHECK(group.epoch() > epoch + 1);
   CHECK(group.call_all(&Store::get).get() == std::vector<int>{5});
+}
+
+TEST_CASE("drain of a node: its elastic members finish their calls and leave, its actors move, it shows drained; SIGTERM drains a daemon") {
+  itest::Cluster c("CPU=3");
+  c.add_node("CPU=3");
+  auto rt = itest::connect(c, std::chrono::seconds(20));
+  auto group = rt.spawn_elastic_group<Store>(troupe::Elastic{1, 2}.name("pool"), troupe::Options{}.process(true).cpus(1), 7);
+  auto plain = rt.spawn<Store>(troupe::Options{}.process(true).cpus(1).max_restarts(1), 9);
+  REQUIRE(plain.call(&Store::get).get() == 9);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (group.size() < 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE(group.size() == 2);
+  const auto epoch = group.epoch();
+
+  // Busy members: their calls are under way when the drain begins, and finish.
+  auto busy = group.call_all(&Store::sleep_ms, 800);
+  itest::CommandResult drained;
+  std::thread drainer([&] { drained = itest::run({TROUPE_CLI, "node", "drain", "2", "--deadline-s", "10", "--address", c.address(),
+                                                  "--token", c.token()}, std::chrono::seconds(40)); });
+  auto done = busy.result();
+  drainer.join();
+  INFO(drained.output);
+  CHECK(done.ok());
+  CHECK(drained.status == 0);
+  CHECK(drained.output.find("node 2 drained") != std::string::npos);
+  CHECK(c.node(2).value("drain", "") == "drained");
+  CHECK(c.node(2).value("state", "") == "alive");   // still up: it can be stopped with nothing lost
+  // Everything runs on node 1 now: the group back at its target, the plain actor moved.
+  const auto back_by = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (group.size() < 2 && std::chrono::steady_clock::now() < back_by) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(group.size() == 2);
+  CHECK(group.epoch() > epoch);
+  CHECK(group.call_all(&Store::get).get() == std::vector<int>{7, 7});
+  CHECK(plain.call(&Store::get).get() == 9);
+  for (const auto& a : c.status()["actors"]) {
+    if (a.value("state", "") != "dead") CHECK(a.value("node", 0) == 1);
+  }
+  CHECK(itest::run({TROUPE_CLI, "node", "drain", "9", "--address", c.address(), "--token", c.token()}).status == 1);
+
+  // SIGTERM to a node's daemon: a preemption notice. It drains, then stops.
+  const pid_t third = c.add_node("CPU=1");
+  ::kill(third, SIGTERM);
+  const auto gone_by = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (::kill(third, 0) == 0 && std::chrono::steady_clock::now() < gone_by) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(::kill(third, 0) != 0);
+  const json n3 = c.node(3);
+  CHECK(n3.value("drain", "") == "drained");
+  CHECK(n3.value("state", "") == "dead");
 }

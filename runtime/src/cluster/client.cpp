@@ -164,7 +164,10 @@ std::vector<std::shared_ptr<detail::ActorCell>> ClusterClient::elastic_members(s
   {
     std::lock_guard lk(mu_);
     for (const auto& [id, a] : latest_) {
-      if (a.value("elastic_group", std::uint64_t{0}) != group || a.value("state", "") != "alive") continue;
+      if (a.value("elastic_group", std::uint64_t{0}) != group || a.value("state", "") != "alive" ||
+          a.value("leaving", false)) {
+        continue;   // a member on a draining node takes no new calls
+      }
       auto it = cells_.find(id);
       auto cell = it != cells_.end() ? it->second.lock() : nullptr;
       if (cell && !cell->dead()) out.push_back(std::move(cell));
@@ -184,7 +187,7 @@ bool ClusterClient::wait_elastic(std::uint64_t group, std::size_t min, std::chro
   auto count = [&] {
     std::size_t n = 0;
     for (const auto& [id, a] : latest_) {
-      n += a.value("elastic_group", std::uint64_t{0}) == group && a.value("state", "") == "alive" ? 1 : 0;
+      n += a.value("elastic_group", std::uint64_t{0}) == group && a.value("state", "") == "alive" && !a.value("leaving", false) ? 1 : 0;
     }
     return n;
   };

@@ -74,6 +74,7 @@ class Head {
   net::HttpResponse get_group(std::uint64_t id, std::chrono::milliseconds wait);
   net::HttpResponse remove_group(std::uint64_t id);
   net::HttpResponse directory(const net::HttpRequest& req);
+  net::HttpResponse route_node(const net::HttpRequest& req, const std::string& rest);
   net::HttpResponse create_elastic(const nlohmann::json& body);
   net::HttpResponse route_elastic(const net::HttpRequest& req, const std::string& rest);
   net::HttpResponse scale_elastic(std::uint64_t id, const nlohmann::json& body);   // mu_ held

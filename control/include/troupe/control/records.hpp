@@ -19,6 +19,9 @@
 namespace troupe::control {
 
 enum class NodeState : std::uint8_t { Alive, Dead };
+// An alive node being emptied on purpose (troupe node drain, or SIGTERM to its daemon): it takes
+// nothing new; Drained once nothing is left on it (or its deadline passed), to be stopped.
+enum class NodeDrain : std::uint8_t { None, Draining, Drained };
 enum class WorkerState : std::uint8_t { Starting, Alive, Dead };
 // Pending: placed or waiting for room, not yet running. Restarting: its process died and it is
 // being started again (same id, next incarnation: FT-2). Dead is final.
@@ -73,6 +76,8 @@ struct NodeRecord {
   std::int64_t pid = 0;                 // its daemon's
   std::int64_t registered_ms = 0;       // wall clock
   std::int64_t last_seen_ms = 0;
+  NodeDrain drain = NodeDrain::None;    // not stored: a drain is an operator's, in one head's life
+  std::vector<std::string> drain_left;  // Drained: the actors that could not move, as "label: why"
 };
 
 struct ActorRecord {
@@ -88,6 +93,7 @@ struct ActorRecord {
   std::uint64_t incarnation = 0;        // bumped at each start (FT-2)
   std::int64_t restarts = 0;
   std::string reason;                   // why it is dead, pending or restarting
+  bool leaving = false;                 // an elastic member on a draining node: no new calls
 };
 
 struct GroupRecord {
