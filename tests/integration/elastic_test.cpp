@@ -180,3 +180,23 @@ TEST_CASE("drain of a node: its elastic members finish their calls and leave, it
   CHECK(n3.value("drain", "") == "drained");
   CHECK(n3.value("state", "") == "dead");
 }
+
+TEST_CASE("retryable group calls on an elastic group are re-sent to a live member when theirs dies with its node") {
+  itest::Cluster c("CPU=1");
+  const pid_t second = c.add_node("CPU=1");
+  auto rt = itest::connect(c, std::chrono::seconds(20));
+  auto group = rt.spawn_elastic_group<Store>(troupe::Elastic{1, 2}.name("pair"), troupe::Options{}.process(true).cpus(1), 3);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (group.size() < 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE(group.size() == 2);   // one member on each node
+  auto shards = group.retryable().scatter(&Store::sleep_ms, std::vector<int>{400, 400});
+  std::vector<troupe::Future<int>> balanced;
+  for (int i = 0; i < 4; ++i) balanced.push_back(group.retryable().call_balanced(1, &Store::add, 1));
+  auto plain = group.call_all(&Store::sleep_ms, 400);
+  ::kill(second, SIGKILL);
+  CHECK(shards.result().ok());   // the dead member's shard ran on the other
+  for (auto& f : balanced) CHECK(f.result().ok());
+  auto all = plain.result();     // per member: the departed member's slot has its ActorDied
+  REQUIRE(!all.ok());
+  CHECK(all.error().code == troupe::ErrorCode::ActorDied);
+}

@@ -20,6 +20,9 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <tuple>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -90,6 +93,15 @@ class ElasticGroup {
   // Sets the head's target for the group (min <= target <= max).
   Status scale(int target) const { return detail::elastic_scale(*s_->rt, s_->id, target); }
 
+  // This group, its scatter's shards and balanced calls re-sent to another live member of the
+  // group when theirs dies (ActorDied), up to as many times as the group has members. call_all's
+  // results are per member: a departed member's slot keeps its ActorDied there.
+  ElasticGroup retryable() const {
+    ElasticGroup g = *this;
+    g.retry_ = true;
+    return g;
+  }
+
   // Group calls on this epoch's members; below min members they fail at once with Unavailable.
   template <class M, class... A>
   auto call_all(M method, const A&... args) const {
@@ -100,17 +112,32 @@ class ElasticGroup {
   }
   template <class M, class S>
   auto scatter(M method, std::vector<S> shards) const {
+    using R = typename detail::MethodTraits<M>::Result;
     auto g = refresh();
     using Out = decltype(g.scatter(method, std::move(shards)));
     if (g.size() < s_->min) return Out(make_error_future<typename Out::value_type>(below_min(g.size())));
-    return g.scatter(method, std::move(shards));
+    if (!retry_) return g.scatter(method, std::move(shards));
+    if (shards.size() != g.size()) return g.scatter(method, std::move(shards));   // its refusal
+    std::vector<Future<R>> fs;
+    for (std::size_t i = 0; i < shards.size(); ++i) {
+      Promise<R> p;
+      fs.push_back(p.future());
+      send<R>(s_, p, g[i], method, std::make_tuple(std::move(shards[i])), int(g.size()));
+    }
+    return when_all(std::move(fs));
   }
   template <class M, class... A>
   auto call_balanced(std::int64_t cost, M method, A&&... args) const {
     using R = typename detail::MethodTraits<M>::Result;
     auto g = refresh();
     if (g.size() < s_->min) return make_error_future<R>(below_min(g.size()));
-    return g.call_balanced(cost, method, std::forward<A>(args)...);
+    if (!retry_) return g.call_balanced(cost, method, std::forward<A>(args)...);
+    // The balanced pick first; a resend goes to another live member.
+    auto first = g.call_balanced(cost, method, args...);
+    Promise<R> p;
+    auto again = std::make_tuple(std::decay_t<A>(args)...);
+    on_result<R>(s_, p, first, ActorRef<T>(), method, std::move(again), int(g.size()));
+    return p.future();
   }
 
  private:
@@ -128,8 +155,43 @@ class ElasticGroup {
     Hook on_join;
     ResizeHook on_resize;
     bool rejoin = false;              // a hook set after members were admitted runs on them too
+    std::mutex snap_mu;               // the admitted members for resends (never held across a hook)
+    std::vector<ActorRef<T>> snap;
+    std::size_t rr = 0;
   };
   explicit ElasticGroup(std::shared_ptr<State> s) : s_(std::move(s)) {}
+
+  // One call to `to`, re-sent to another admitted member when `to` died, `left` more times at most.
+  template <class R, class M, class Args>
+  static void send(std::shared_ptr<State> s, Promise<R> p, ActorRef<T> to, M method, Args args, int left) {
+    auto f = std::apply([&](auto&... a) { return to.call(method, a...); }, args);
+    on_result<R>(std::move(s), std::move(p), std::move(f), std::move(to), method, std::move(args), left);
+  }
+  template <class R, class M, class Args>
+  static void on_result(std::shared_ptr<State> s, Promise<R> p, Future<R> f, ActorRef<T> to, M method, Args args, int left) {
+    auto st = f.state();
+    st->on_ready([s = std::move(s), p, st, to, method, args = std::move(args), left]() mutable {
+      if (!st->has_error()) {
+        if constexpr (std::is_void_v<R>) p.set_value();
+        else p.set_value(std::move(st->value()));
+        return;
+      }
+      const Error e = st->error();
+      std::optional<ActorRef<T>> next;
+      if (e.code == ErrorCode::ActorDied && left > 0) {
+        std::lock_guard lk(s->snap_mu);
+        for (std::size_t k = 0; k < s->snap.size() && !next; ++k) {   // the next one round, not the dead one
+          const auto& m = s->snap[(s->rr++) % s->snap.size()];
+          if (!to.valid() || m.id() != to.id()) next = m;
+        }
+      }
+      if (!next) {
+        p.set_error(e);
+        return;
+      }
+      send<R>(s, p, *next, method, std::move(args), left - 1);
+    });
+  }
 
   Error below_min(std::size_t n) const {
     return Error{ErrorCode::Unavailable, "elastic group " + s_->name + " has " + std::to_string(n) +
@@ -167,12 +229,17 @@ class ElasticGroup {
       s_->admitted = next;
       s_->current = ActorGroup<T>(next);
       ++s_->epoch;
+      {
+        std::lock_guard sk(s_->snap_mu);
+        s_->snap = next;
+      }
       if (s_->on_resize) s_->on_resize(before, s_->admitted);
     }
     return s_->current;
   }
 
   std::shared_ptr<State> s_;
+  bool retry_ = false;
 };
 
 template <class T, class... A>
