@@ -441,7 +441,7 @@ json Head::node_json(std::uint64_t id) {
   return json{{"id", id}, {"address", n->rec.address}, {"hostname", n->rec.hostname},
               {"state", std::string(to_string(n->rec.state))}, {"resources", n->rec.total.to_string()},
               {"available", available ? available->to_string() : std::string()}, {"pid", n->rec.pid},
-              {"last_seen_ms_ago", seen.count()},
+              {"last_seen_ms_ago", seen.count()}, {"registered_ms", n->rec.registered_ms},
               {"drain", n->rec.drain == NodeDrain::None ? "none" : n->rec.drain == NodeDrain::Draining ? "draining" : "drained"},
               {"drain_left", n->rec.drain_left}};
 }

@@ -210,7 +210,8 @@ TEST_CASE("stop of a running job frees its actors, workers and group within 5 s,
     return live_actors_of(st, 0) == 2 && st.value("placement_groups", json::array()).size() == 1;
   }, std::chrono::seconds(20)));
   std::vector<pid_t> workers;
-  for (const auto& a : c.status()["actors"]) workers.push_back(pid_t(a.value("pid", 0)));
+  const json before = c.status();   // kept: a range over c.status()["actors"] would outlive its temporary
+  for (const auto& a : before["actors"]) workers.push_back(pid_t(a.value("pid", 0)));
   const auto t0 = std::chrono::steady_clock::now();
   auto stop = c.job({"stop", id, "--grace-s", "3"});
   INFO(stop.output);
