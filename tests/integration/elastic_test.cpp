@@ -133,7 +133,7 @@ TEST_CASE("an elastic group below its min fails its calls clearly, and waits for
   CHECK(group.call_all(&Store::get).get() == std::vector<int>{5});
 }
 
-TEST_CASE("drain of a node: its elastic members finish their calls and leave, its actors move, it shows drained; SIGTERM drains a daemon") {
+TEST_CASE("drain of a node: its elastic members finish their calls and leave, its actors move, it shows drained, and SIGTERM drains a daemon") {
   itest::Cluster c("CPU=3");
   c.add_node("CPU=3");
   auto rt = itest::connect(c, std::chrono::seconds(20));
