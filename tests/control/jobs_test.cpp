@@ -223,3 +223,58 @@ TEST_CASE("a job package packs a directory, checks and unpacks it, and the node'
   CHECK(cache.has("four"));
   CHECK(!cache.has("one"));
 }
+
+TEST_CASE("freed room goes to the elastic group furthest below its target, across two drivers (the deficit rule at the head)") {
+  TempDir dir("troupe-elastic-head");
+  control::HeadConfig cfg;
+  cfg.token = "secret";
+  cfg.session_dir = dir.path;
+  control::Head head(cfg);
+  net::LinkHub hub("secret", net::self_identity("test"));
+  auto node1 = std::make_unique<net::HeadSession>(hub, head.link_address(), json{{"role", "node"}, {"resources", "CPU=2"}},
+                                                  std::chrono::seconds(5));
+  auto a_driver = std::make_unique<net::HeadSession>(hub, head.link_address(), json{{"role", "driver"}}, std::chrono::seconds(5));
+  auto b_driver = std::make_unique<net::HeadSession>(hub, head.link_address(), json{{"role", "driver"}}, std::chrono::seconds(5));
+  auto member = [](std::uint64_t owner) {
+    return json{{"type", "T"}, {"ctor_signature", ""}, {"ctor_args", ""}, {"binary", "/bin/true"}, {"resources", "CPU=1"},
+                {"owner", owner}};
+  };
+  // Job A's group wants 4 and gets the 2 CPUs there are; job B's wants 2 and gets none.
+  const json a = api(head, "POST", "/api/v1/elastic_groups",
+                     json{{"name", "a"}, {"min", 1}, {"max", 4}, {"member", member(a_driver->welcome()["owner"])}});
+  const json b = api(head, "POST", "/api/v1/elastic_groups",
+                     json{{"name", "b"}, {"min", 1}, {"max", 2}, {"member", member(b_driver->welcome()["owner"])}});
+  REQUIRE(a.contains("id"));
+  REQUIRE(b.contains("id"));
+  auto placed = [&](const json& g, std::uint64_t node) {
+    int n = 0;
+    const json status = api(head, "GET", "/api/v1/status");   // kept: the loop must not range over a dead temporary
+    for (const auto& x : status["actors"]) {
+      if (x["elastic_group"] == g["id"] && x["state"] != "dead" && x["node"] == node) ++n;
+    }
+    return n;
+  };
+  CHECK(placed(a, 1) == 2);
+  CHECK(placed(b, 1) == 0);
+  // Two CPUs come free on a new node: A is 2 below its target, B 2 below its own; by the deficit
+  // rule each gets one (in id order A, created first, would have taken both).
+  auto node2 = std::make_unique<net::HeadSession>(hub, head.link_address(), json{{"role", "node"}, {"resources", "CPU=2"}},
+                                                  std::chrono::seconds(5));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (placed(a, 2) + placed(b, 2) < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(placed(a, 2) == 1);
+  CHECK(placed(b, 2) == 1);
+  // A bad scale is refused; B's driver leaving takes its group with it (JOB-1), and A gets the room.
+  int status = 0;
+  api(head, "POST", "/api/v1/elastic_groups/" + std::to_string(b["id"].get<std::uint64_t>()) + "/scale",
+      json{{"replicas", 5}}, &status);
+  CHECK(status == 400);
+  b_driver->close();
+  const auto again = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (placed(a, 2) < 2 && std::chrono::steady_clock::now() < again) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(placed(a, 2) == 2);
+  CHECK(placed(b, 2) == 0);
+  CHECK(api(head, "GET", "/api/v1/status")["elastic_groups"].size() == 1);
+}
