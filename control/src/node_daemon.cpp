@@ -462,7 +462,10 @@ void NodeDaemon::reap_loop() {
       const auto now = std::chrono::steady_clock::now();
       for (auto it = drivers_.begin(); it != drivers_.end();) {
         Driver& d = it->second;
-        if (d.kill_at && now >= *d.kill_at) ::kill(-d.pid, SIGKILL);
+        if (d.kill_at && now >= *d.kill_at) {   // the grace is over: once, then its pidfd tells the end
+          ::kill(-d.pid, SIGKILL);
+          d.kill_at.reset();
+        }
         auto how = try_reap(d.pid);
         if (!how) {
           ++it;
