@@ -15,6 +15,7 @@
 // (the min given here) a group call fails at once with Unavailable, naming the group.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
