@@ -43,15 +43,6 @@ std::pair<std::uint64_t, std::string> split_id(const std::string& rest) {
   return {id, slash == std::string::npos ? "" : rest.substr(slash + 1)};
 }
 
-// A typed error as the API answers it.
-net::HttpResponse error_reply(const Error& e) {
-  int status = 500;
-  if (e.code == ControlCode::BadRequest) status = 400;
-  else if (e.code == ControlCode::NotFound) status = 404;
-  else if (e.code == ControlCode::Conflict) status = 409;
-  return control::error_reply(status, e.message);
-}
-
 // read_field's value, thrown as its BadRequest for the handler's catch to answer.
 template <class T>
 T field(const json& body, const char* key, std::optional<T> fallback = std::nullopt) {

@@ -25,15 +25,6 @@ namespace fs = std::filesystem;
 
 json ms_or_null(std::int64_t ms) { return ms == 0 ? json(nullptr) : json(ms); }
 
-net::HttpResponse refusal(const Error& e) {
-  int status = 500;
-  if (e.code == ControlCode::BadRequest) status = 400;
-  else if (e.code == ControlCode::NotFound) status = 404;
-  else if (e.code == ControlCode::Conflict) status = 409;
-  else if (e.code == ControlCode::TooLarge) status = 413;
-  return error_reply(status, e.message);
-}
-
 // "" -> (""), "/12" -> ("12", ""), "/12/logs" -> ("12", "logs").
 std::pair<std::string, std::string> split_segment(const std::string& rest) {
   if (rest.size() < 2) return {"", ""};
@@ -126,7 +117,7 @@ net::HttpResponse Head::put_package(const net::HttpRequest& req, const std::stri
   }
   if (req.body_reader == nullptr) return error_reply(400, "no body");
   if (auto len = req.body_reader->content_length(); len && *len > limit) {
-    return refusal(Error{ControlCode::TooLarge, "the package is " + std::to_string(*len) + " bytes, over the head's limit of " +
+    return error_reply(Error{ControlCode::TooLarge, "the package is " + std::to_string(*len) + " bytes, over the head's limit of " +
                                                     std::to_string(limit)});
   }
   const std::string tmp = package_path(digest) + ".upload-" + unique_suffix();
@@ -153,7 +144,7 @@ net::HttpResponse Head::put_package(const net::HttpRequest& req, const std::stri
       if (n == 0) break;
       total += n;
       if (total > limit) {
-        return refusal(Error{ControlCode::TooLarge, "the package is over " + std::to_string(limit) + " bytes, the head's limit"});
+        return error_reply(Error{ControlCode::TooLarge, "the package is over " + std::to_string(limit) + " bytes, the head's limit"});
       }
       hash.update(buf.data(), n);
       out.write(buf.data(), std::streamsize(n));
@@ -162,7 +153,7 @@ net::HttpResponse Head::put_package(const net::HttpRequest& req, const std::stri
   }
   const std::string got = hash.hex();
   if (got != digest) return error_reply(400, "digest mismatch: the bytes sent hash to " + got + ", not " + digest);
-  if (auto st = check_package(tmp, 4 * limit); !st.ok()) return refusal(st.error());
+  if (auto st = check_package(tmp, 4 * limit); !st.ok()) return error_reply(st.error());
   {
     std::lock_guard lk(mu_);
     try {   // moved in; past the store's cap the least recently used no live job names go
@@ -199,7 +190,7 @@ net::HttpResponse Head::route_jobs(const net::HttpRequest& req, const std::strin
   if (verb.empty() && req.method == "GET") return reply(200, job_json(*state_->jobs().find(id)));
   if (verb.empty() && req.method == "DELETE") {
     const std::string package = state_->jobs().find(id)->spec.package;
-    if (auto st = state_->delete_job(id); !st.ok()) return refusal(st.error());
+    if (auto st = state_->delete_job(id); !st.ok()) return error_reply(st.error());
     logs_->remove(id);
     // Its package goes with the last job that names it.
     bool used = package.empty();
@@ -213,11 +204,11 @@ net::HttpResponse Head::route_jobs(const net::HttpRequest& req, const std::strin
     const json body = req.body.empty() ? json::object() : json::parse(req.body);
     if (!body.is_object()) return error_reply(400, "a stop request is a JSON object");
     auto grace = read_field<double>(body, "grace_s", 10.0);
-    if (!grace.ok()) return refusal(grace.error());
+    if (!grace.ok()) return error_reply(grace.error());
     if (*grace < 0 || *grace > 3600) return error_reply(400, "grace_s must be 0 to 3600");
     const bool was_ended = ended(state_->jobs().find(id)->state);
     auto j = state_->stop_job(id, std::int64_t(*grace * 1000));
-    if (!j.ok()) return refusal(j.error());
+    if (!j.ok()) return error_reply(j.error());
     changed();
     json out = job_json(**j);
     out["already_ended"] = was_ended;
@@ -241,14 +232,14 @@ net::HttpResponse Head::route_jobs(const net::HttpRequest& req, const std::strin
 
 net::HttpResponse Head::submit_job(const json& body) {
   auto spec = JobSpec::from_json(body);
-  if (!spec.ok()) return refusal(spec.error());
+  if (!spec.ok()) return error_reply(spec.error());
   std::error_code ec;
   if (!spec->package.empty() && !fs::exists(package_path(spec->package), ec)) {
     return error_reply(400, "package " + spec->package + " was not uploaded (PUT /api/v1/packages/" + spec->package + ")");
   }
   std::lock_guard lk(mu_);
   auto submitted = state_->submit_job(std::move(*spec));
-  if (!submitted.ok()) return refusal(submitted.error());
+  if (!submitted.ok()) return error_reply(submitted.error());
   const auto [j, created] = *submitted;
   if (created) logs_->open(j->id);
   changed();

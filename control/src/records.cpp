@@ -4,6 +4,7 @@
 #include <optional>
 #include <utility>
 
+#include "troupe/net/digest.hpp"
 #include "troupe/net/hex.hpp"
 
 namespace troupe::control {
@@ -110,9 +111,8 @@ Result<JobSpec> JobSpec::from_json(const json& body) {
     return Error{ControlCode::BadRequest, "entrypoint must be a non-empty argv array"};
   }
   if (s.max_attempts < 1 || s.max_attempts > 1000) return Error{ControlCode::BadRequest, "max_attempts must be 1 to 1000"};
-  if (!s.package.empty() && s.package.size() != 64) return Error{ControlCode::BadRequest, "package must be a SHA-256 digest in hex"};
-  for (char c : s.package) {
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return Error{ControlCode::BadRequest, "package must be a SHA-256 digest in hex"};
+  if (!s.package.empty() && !net::is_sha256_hex(s.package)) {
+    return Error{ControlCode::BadRequest, "package must be a SHA-256 digest in hex"};
   }
   for (const auto& [k, v] : s.env) {
     if (k.empty() || k.find('=') != std::string::npos) return Error{ControlCode::BadRequest, "bad environment variable name '" + k + "'"};

@@ -395,15 +395,23 @@ HttpResponse read_rest(tcp::socket& sock, beast::flat_buffer& buf, bhttp::respon
   return HttpResponse{static_cast<int>(res.result_int()), res.body(), std::string(res[bhttp::field::content_type])};
 }
 
+// Sends `req` and reads the answer's header into `head`. A server may answer (a refusal) before a
+// body is all sent: the answer counts then, and a failed send is the error only without one.
 template <class Body>
-HttpResponse exchange(tcp::socket& sock, bhttp::request<Body>& req, const std::string& host, std::uint16_t port) {
+void send_read_header(tcp::socket& sock, bhttp::request<Body>& req, beast::flat_buffer& buf,
+                      bhttp::response_parser<bhttp::empty_body>& head, const std::string& host, std::uint16_t port) {
   beast::error_code ec, sent;
-  bhttp::write(sock, req, sent);   // a server may answer (a refusal) before the body is all sent
-  beast::flat_buffer buf;
-  bhttp::response_parser<bhttp::empty_body> head;
+  bhttp::write(sock, req, sent);
   head.body_limit(kNoLimit);   // bounded by what reads the body
   bhttp::read_header(sock, buf, head, ec);
   if (ec) throw unreachable(sent ? "sending to" : "reading from", host, port, sent ? sent : ec);
+}
+
+template <class Body>
+HttpResponse exchange(tcp::socket& sock, bhttp::request<Body>& req, const std::string& host, std::uint16_t port) {
+  beast::flat_buffer buf;
+  bhttp::response_parser<bhttp::empty_body> head;
+  send_read_header(sock, req, buf, head, host, port);
   return read_rest(sock, buf, std::move(head), host, port);
 }
 
@@ -451,14 +459,10 @@ HttpResponse http_download(const std::string& host, std::uint16_t port, const st
   connect_to(sock, ioc, host, port, timeout);
   bhttp::request<bhttp::empty_body> req{bhttp::verb::get, target, 11};
   prepare(req, host, token);
-  beast::error_code ec;
-  bhttp::write(sock, req, ec);
-  if (ec) throw unreachable("sending to", host, port, ec);
   beast::flat_buffer buf;
   bhttp::response_parser<bhttp::empty_body> head;
-  head.body_limit(kNoLimit);   // bounded by what reads the body
-  bhttp::read_header(sock, buf, head, ec);
-  if (ec) throw unreachable("reading from", host, port, ec);
+  send_read_header(sock, req, buf, head, host, port);
+  beast::error_code ec;
   if (head.get().result_int() != 200) return read_rest(sock, buf, std::move(head), host, port);
   bhttp::response_parser<bhttp::file_body> parser{std::move(head)};
   parser.body_limit(max_bytes);
@@ -481,14 +485,10 @@ HttpResponse http_stream(const std::string& host, std::uint16_t port, const std:
   connect_to(sock, ioc, host, port, idle);
   bhttp::request<bhttp::empty_body> req{bhttp::string_to_verb(method), target, 11};
   prepare(req, host, token);
-  beast::error_code ec;
-  bhttp::write(sock, req, ec);
-  if (ec) throw unreachable("sending to", host, port, ec);
   beast::flat_buffer buf;
   bhttp::response_parser<bhttp::empty_body> head;
-  head.body_limit(kNoLimit);   // bounded by what reads the body
-  bhttp::read_header(sock, buf, head, ec);
-  if (ec) throw unreachable("reading from", host, port, ec);
+  send_read_header(sock, req, buf, head, host, port);
+  beast::error_code ec;
   if (head.get().result_int() != 200) return read_rest(sock, buf, std::move(head), host, port);
   bhttp::response_parser<bhttp::buffer_body> parser{std::move(head)};
   parser.body_limit(kNoLimit);

@@ -31,6 +31,15 @@ inline net::HttpResponse reply(int status, const nlohmann::json& body) { return 
 inline net::HttpResponse error_reply(int status, const std::string& message) {
   return reply(status, nlohmann::json{{"error", message}});
 }
+// A typed error as the API answers it: BadRequest 400, NotFound 404, Conflict 409, TooLarge 413.
+inline net::HttpResponse error_reply(const Error& e) {
+  int status = 500;
+  if (e.code == ControlCode::BadRequest) status = 400;
+  else if (e.code == ControlCode::NotFound) status = 404;
+  else if (e.code == ControlCode::Conflict) status = 409;
+  else if (e.code == ControlCode::TooLarge) status = 413;
+  return error_reply(status, e.message);
+}
 
 class HeadState;
 class JobLogs;
