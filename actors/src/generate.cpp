@@ -1,7 +1,6 @@
 #include "troupe/actors/generate.hpp"
 
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
 #include <optional>
@@ -15,21 +14,28 @@ struct Layout {
   std::int64_t rows = 0, prompt_len = 0;
 };
 
-// Left-pads the prompts into [N, P + max_new] with each prompt repeated `samples` times.
+// Left-pads the prompts into [N, P + max_new] with each prompt repeated `samples` times; P is
+// `width`, or the longest prompt when it is 0.
 Layout lay_out(const std::vector<std::vector<std::int32_t>>& prompts, std::int32_t samples, std::int64_t max_new,
-               const PolicyConfig& config) {
+               std::int64_t width, const PolicyConfig& config) {
   Layout l;
   for (auto& p : prompts) {
     if (p.empty()) throw std::invalid_argument("generate: empty prompt");
     l.prompt_len = std::max<std::int64_t>(l.prompt_len, std::int64_t(p.size()));
   }
+  if (width > 0) {
+    if (l.prompt_len > width)
+      throw std::invalid_argument("generate: a prompt of " + std::to_string(l.prompt_len) + " tokens is longer than the batch's width of " +
+                                  std::to_string(width));
+    l.prompt_len = width;
+  }
   if (l.prompt_len + max_new > config.context)
     throw std::invalid_argument("generate: prompt (" + std::to_string(l.prompt_len) + ") + max_new_tokens (" +
                                 std::to_string(max_new) + ") exceeds the context (" + std::to_string(config.context) + ")");
   l.rows = std::int64_t(prompts.size()) * samples;
-  const std::int64_t width = l.prompt_len + max_new;
-  l.tokens = at::zeros({l.rows, width}, at::kLong);
-  l.attn_mask = at::zeros({l.rows, width}, at::kBool);
+  const std::int64_t columns = l.prompt_len + max_new;
+  l.tokens = at::zeros({l.rows, columns}, at::kLong);
+  l.attn_mask = at::zeros({l.rows, columns}, at::kBool);
   l.prompt_lens = at::empty({l.rows}, at::kLong);
   auto tok = l.tokens.accessor<std::int64_t, 2>();
   auto mask = l.attn_mask.accessor<bool, 2>();
@@ -62,33 +68,63 @@ at::Tensor next_logits(const Policy& policy, const Layout& l, std::int64_t width
 
 }  // namespace
 
-at::Tensor sample_tokens(const at::Tensor& logits, const SamplingParams& params, at::Generator& gen, at::Tensor* logprob) {
+namespace {
+// SplitMix64's finaliser.
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+}  // namespace
+
+std::uint64_t sample_stream(std::uint64_t seed, std::int64_t prompt, std::int64_t sample) {
+  return mix(mix(seed ^ mix(std::uint64_t(prompt))) ^ mix(~std::uint64_t(sample)));
+}
+
+double uniform(std::uint64_t stream, std::int64_t t) {
+  return (double(mix(stream ^ mix(std::uint64_t(t))) >> 11) + 0.5) * 0x1.0p-53;   // never 0 or 1
+}
+
+at::Tensor sample_tokens(const at::Tensor& logits, const SamplingParams& params, const at::Tensor& uniforms,
+                         at::Tensor* logprob) {
   const bool greedy = params.temperature <= 0.0f;
   auto logp = at::log_softmax(greedy ? logits : logits.div(params.temperature), -1);
   at::Tensor token;
   if (greedy) {
     token = logp.argmax(-1);
-  } else if (params.top_p >= 1.0f) {
-    token = at::multinomial(logp.exp(), 1, false, gen).view({-1});
   } else {
-    // Keep the smallest prefix of the sorted distribution whose mass reaches top_p (at least one).
-    auto [sorted, order] = logp.exp().sort(-1, /*descending=*/true);
-    auto before = sorted.cumsum(-1).sub_(sorted);
-    auto kept = sorted.masked_fill(before.ge(params.top_p), 0.0);
-    auto pick = at::multinomial(kept, 1, false, gen);
-    token = order.gather(1, pick).view({-1});
+    auto probs = logp.exp().to(at::kDouble);
+    at::Tensor order;
+    if (params.top_p < 1.0f) {
+      // Keep the smallest prefix of the sorted distribution whose mass reaches top_p (at least one).
+      auto [sorted, o] = probs.sort(/*stable=*/true, -1, /*descending=*/true);
+      auto before = sorted.cumsum(-1).sub_(sorted);
+      probs = sorted.masked_fill(before.ge(params.top_p), 0.0);
+      order = o;
+    }
+    // The first token whose cumulative mass reaches u * total (u > 0: a token of mass 0 is never drawn).
+    auto cdf = probs.cumsum(-1);
+    const std::int64_t v = cdf.size(1);
+    auto goal = uniforms.view({-1, 1}).mul(cdf.narrow(1, v - 1, 1));
+    auto pick = cdf.lt(goal).sum(-1).clamp_max(v - 1);
+    token = order.defined() ? order.gather(1, pick.view({-1, 1})).view({-1}) : pick;
   }
   if (logprob != nullptr) *logprob = logp.gather(1, token.view({-1, 1})).view({-1});
   return token;
 }
 
 Generation generate(const Policy& policy, const std::vector<std::vector<std::int32_t>>& prompts,
-                    std::int32_t samples_per_prompt, const SamplingParams& params, bool use_cache) {
+                    std::int32_t samples_per_prompt, const SamplingParams& params, bool use_cache, BatchPart part) {
   at::NoGradGuard no_grad;   // not InferenceMode: the outputs feed autograd in the trainer
   if (samples_per_prompt < 1 || params.max_new_tokens < 1) throw std::invalid_argument("generate: nothing to sample");
-  Layout l = lay_out(prompts, samples_per_prompt, params.max_new_tokens, policy.config());
+  if (part.first_prompt < 0 || part.prompt_width < 0) throw std::invalid_argument("generate: a negative place in the batch");
+  Layout l = lay_out(prompts, samples_per_prompt, params.max_new_tokens, part.prompt_width, policy.config());
   const std::int64_t p = l.prompt_len;
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(params.seed);
+  std::vector<std::uint64_t> streams(std::size_t(l.rows));
+  for (std::int64_t r = 0; r < l.rows; ++r)
+    streams[std::size_t(r)] = sample_stream(params.seed, part.first_prompt + r / samples_per_prompt, r % samples_per_prompt);
+  auto uniforms = at::empty({l.rows}, at::kDouble);
   std::optional<KvCache> cache;
   if (use_cache) cache.emplace(policy.config(), l.rows, p + params.max_new_tokens);
   auto logprobs = at::zeros(l.tokens.sizes(), at::kFloat);
@@ -98,7 +134,11 @@ Generation generate(const Policy& policy, const std::vector<std::vector<std::int
   for (std::int64_t s = 0; s < params.max_new_tokens; ++s) {
     auto logits = next_logits(policy, l, width, cache ? &*cache : nullptr, s == 0);
     at::Tensor lp;
-    auto token = sample_tokens(logits, params, gen, &lp);
+    if (params.temperature > 0.0f) {
+      auto u = uniforms.accessor<double, 1>();
+      for (std::int64_t r = 0; r < l.rows; ++r) u[r] = uniform(streams[std::size_t(r)], s);
+    }
+    auto token = sample_tokens(logits, params, uniforms, &lp);
     auto live = done.logical_not();
     l.tokens.select(1, width).copy_(token.masked_fill(done, 0));
     l.attn_mask.select(1, width).copy_(live);

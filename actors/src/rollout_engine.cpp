@@ -29,7 +29,7 @@ RolloutEngine::RolloutEngine(RolloutEngine&&) noexcept = default;
 RolloutBatch RolloutEngine::generate(GenerateRequest request) {
   const auto start = std::chrono::steady_clock::now();
   Generation g = actors::generate(impl_->policy, request.prompts, request.samples_per_prompt, request.sampling,
-                                  impl_->config.use_cache);
+                                  impl_->config.use_cache, BatchPart{request.first_prompt, request.prompt_width});
   RolloutBatch b;
   b.tokens = to_view(g.tokens);
   b.attn_mask = to_view(g.attn_mask);

@@ -2,7 +2,8 @@
 #include <doctest/doctest.h>
 
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
 
 #include "support/doctest_after_torch.hpp"   // ATen redefines CHECK
 
@@ -99,14 +100,61 @@ TEST_CASE("generation stops rows at the stop token and pads them afterwards") {
   CHECK(g.generated_tokens == g.response_mask.sum().item<std::int64_t>());
 }
 
-TEST_CASE("top-p sampling only draws from the nucleus") {
-  auto logits = at::log(at::tensor({0.5f, 0.3f, 0.15f, 0.05f})).view({1, 4}).repeat({2000, 1});
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(1);
+// One uniform per row from the rows' own streams, as generate draws them.
+at::Tensor row_uniforms(std::int64_t rows, std::uint64_t seed) {
+  auto u = at::empty({rows}, at::kDouble);
+  for (std::int64_t r = 0; r < rows; ++r) u[r] = uniform(sample_stream(seed, r, 0), 0);
+  return u;
+}
+
+TEST_CASE("sampling draws each token with its probability, and top-p only from the nucleus") {
+  auto logits = at::log(at::tensor({0.5f, 0.3f, 0.15f, 0.05f})).view({1, 4}).repeat({4000, 1});
   at::Tensor lp;
-  auto tokens = sample_tokens(logits, SamplingParams{1.0f, 0.7f, 1, -1, 0}, gen, &lp);
+  auto all = sample_tokens(logits, SamplingParams{1.0f, 1.0f, 1, -1, 0}, row_uniforms(4000, 3), &lp);
+  // Binomial(4000, p): within 4.5 standard deviations of its mean.
+  const double expect[] = {0.5, 0.3, 0.15, 0.05};
+  for (int k = 0; k < 4; ++k) {
+    const double n = double((all == k).sum().item<std::int64_t>()), mean = 4000 * expect[k];
+    CHECK(std::abs(n - mean) < 4.5 * std::sqrt(mean * (1 - expect[k])));
+  }
+  auto tokens = sample_tokens(logits, SamplingParams{1.0f, 0.7f, 1, -1, 0}, row_uniforms(4000, 1), &lp);
   CHECK((tokens <= 1).all().item<bool>());   // 0.5 + 0.3 reaches 0.7: tokens 2 and 3 are cut
-  CHECK((tokens == 1).sum().item<std::int64_t>() > 500);
+  CHECK((tokens == 1).sum().item<std::int64_t>() > 1000);
   CHECK(at::allclose(lp.masked_select(tokens == 0), at::full({1}, std::log(0.5f)), 1e-5, 1e-5));
+  // A token of probability 0 is never drawn, whatever the uniform.
+  auto zero = at::log(at::tensor({0.0f, 1.0f, 0.0f})).view({1, 3}).repeat({3, 1});
+  auto edge = at::tensor({1e-16, 0.5, 1.0 - 1e-16}, at::kDouble);
+  CHECK((sample_tokens(zero, SamplingParams{1.0f, 1.0f, 1, -1, 0}, edge, nullptr) == 1).all().item<bool>());
+}
+
+TEST_CASE("a sample's tokens do not depend on how its batch is split into requests") {
+  Policy policy(config());
+  const std::vector<std::vector<std::int32_t>> prompts = {{3, 4, 5, 6, 7}, {2}, {9, 8, 7}, {1, 10}, {4}, {6, 5}};
+  for (float top_p : {1.0f, 0.8f}) {
+    const SamplingParams params{1.0f, top_p, 8, 2, 17};
+    auto whole = generate(policy, prompts, 3, params, true);
+    // Parts of 1, 2 and 3 prompts, each told its first prompt and the whole batch's width (5).
+    std::size_t first = 0;
+    for (std::size_t n : {1, 2, 3}) {
+      std::vector<std::vector<std::int32_t>> mine(prompts.begin() + long(first), prompts.begin() + long(first + n));
+      auto part = generate(policy, mine, 3, params, n != 2, BatchPart{std::int64_t(first), 5});
+      REQUIRE(part.prompt_len == whole.prompt_len);
+      const auto rows = whole.tokens.narrow(0, std::int64_t(first * 3), std::int64_t(n * 3));
+      const auto width = part.tokens.size(1);
+      CHECK(width <= whole.tokens.size(1));
+      CHECK(at::equal(part.tokens, rows.narrow(1, 0, width)));
+      CHECK((rows.narrow(1, width, whole.tokens.size(1) - width) == 0).all().item<bool>());   // nothing past it
+      CHECK(at::allclose(part.logprobs, whole.logprobs.narrow(0, std::int64_t(first * 3), std::int64_t(n * 3)).narrow(1, 0, width),
+                         1e-5, 1e-6));
+      for (std::size_t r = 0; r < n * 3; ++r) {
+        CHECK(part.responses[r] == whole.responses[first * 3 + r]);
+        CHECK(part.finished[r] == whole.finished[first * 3 + r]);
+      }
+      first += n;
+    }
+  }
+  // A prompt longer than the width it was given is refused.
+  CHECK_THROWS_AS(generate(policy, {{1, 2, 3}}, 1, SamplingParams{}, true, BatchPart{0, 2}), std::invalid_argument);
 }
 
 TEST_CASE("a bad context, prompt or token id is refused") {

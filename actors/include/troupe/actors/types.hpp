@@ -33,7 +33,10 @@ struct SamplingParams {
   float top_p = 1.0f;              // nucleus sampling; 1 keeps the whole distribution
   std::int32_t max_new_tokens = 8;
   std::int32_t stop_token = -1;    // generation of a row ends after it emits this id; -1: none
-  std::uint64_t seed = 0;          // the request's own RNG stream: same seed, same samples
+  // The stream the request's samples draw from: the sample (prompt p, sample s) uses its own
+  // counter-based stream keyed by (seed, first_prompt + p, s), so a sample does not depend on which
+  // other prompts share its request (or engine).
+  std::uint64_t seed = 0;
   MSGPACK_DEFINE(temperature, top_p, max_new_tokens, stop_token, seed);
 };
 
@@ -41,7 +44,13 @@ struct GenerateRequest {
   std::vector<std::vector<std::int32_t>> prompts;
   std::int32_t samples_per_prompt = 1;   // the G of GRPO; the samples of one prompt are adjacent rows
   SamplingParams sampling;
-  MSGPACK_DEFINE(prompts, samples_per_prompt, sampling);
+  // For a part of a larger batch split across engines: the index of this request's first prompt in
+  // the whole batch (it keys the samples' streams), and the whole batch's longest prompt (prompts are
+  // left-padded to it; 0: this request's longest). With both, each row's tokens are those the whole
+  // batch would give it on one engine.
+  std::int64_t first_prompt = 0;
+  std::int32_t prompt_width = 0;
+  MSGPACK_DEFINE(prompts, samples_per_prompt, sampling, first_prompt, prompt_width);
 };
 
 // N = prompts * samples_per_prompt rows.
