@@ -57,6 +57,9 @@ troupe::rl::GrpoConfig parse(int argc, char** argv) {
   app.add_option("--run-dir", c.run_dir, "output directory (metrics, plot, checkpoints)");
   app.add_flag("--worker-processes", c.worker_processes,
                "trainer + rollout colocated in one worker process, reference and reward in their own");
+  app.add_option("--rollouts", c.rollouts,
+                 "rollout engines MIN:MAX (default 1:1): engine 0 beside the trainer, the others an elastic group of "
+                 "worker processes that grows and shrinks with the cluster; the samples do not depend on it");
   app.add_flag("--resume", c.resume, "continue from the newest checkpoint in --run-dir");
   app.add_option("--stop-after", c.stop_after, "stop after this many steps (checkpointed)");
   bool print_config = false;

@@ -118,12 +118,19 @@ Generation generate(const Policy& policy, const std::vector<std::vector<std::int
                     std::int32_t samples_per_prompt, const SamplingParams& params, bool use_cache, BatchPart part) {
   at::NoGradGuard no_grad;   // not InferenceMode: the outputs feed autograd in the trainer
   if (samples_per_prompt < 1 || params.max_new_tokens < 1) throw std::invalid_argument("generate: nothing to sample");
-  if (part.first_prompt < 0 || part.prompt_width < 0) throw std::invalid_argument("generate: a negative place in the batch");
+  if (!part.prompt_index.empty() && part.prompt_index.size() != prompts.size())
+    throw std::invalid_argument("generate: " + std::to_string(part.prompt_index.size()) + " prompt indices for " +
+                                std::to_string(prompts.size()) + " prompts");
+  if (part.prompt_width < 0 || std::any_of(part.prompt_index.begin(), part.prompt_index.end(), [](std::int64_t i) { return i < 0; }))
+    throw std::invalid_argument("generate: a negative place in the batch");
   Layout l = lay_out(prompts, samples_per_prompt, params.max_new_tokens, part.prompt_width, policy.config());
   const std::int64_t p = l.prompt_len;
   std::vector<std::uint64_t> streams(std::size_t(l.rows));
-  for (std::int64_t r = 0; r < l.rows; ++r)
-    streams[std::size_t(r)] = sample_stream(params.seed, part.first_prompt + r / samples_per_prompt, r % samples_per_prompt);
+  for (std::int64_t r = 0; r < l.rows; ++r) {
+    const std::int64_t i = r / samples_per_prompt;
+    streams[std::size_t(r)] = sample_stream(params.seed, part.prompt_index.empty() ? i : part.prompt_index[std::size_t(i)],
+                                            r % samples_per_prompt);
+  }
   auto uniforms = at::empty({l.rows}, at::kDouble);
   std::optional<KvCache> cache;
   if (use_cache) cache.emplace(policy.config(), l.rows, p + params.max_new_tokens);

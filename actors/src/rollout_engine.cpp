@@ -2,7 +2,10 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <chrono>
+#include <stdexcept>
+#include <string>
 
 #include "troupe/actors/generate.hpp"
 #include "troupe/actors/policy.hpp"
@@ -29,7 +32,7 @@ RolloutEngine::RolloutEngine(RolloutEngine&&) noexcept = default;
 RolloutBatch RolloutEngine::generate(GenerateRequest request) {
   const auto start = std::chrono::steady_clock::now();
   Generation g = actors::generate(impl_->policy, request.prompts, request.samples_per_prompt, request.sampling,
-                                  impl_->config.use_cache, BatchPart{request.first_prompt, request.prompt_width});
+                                  impl_->config.use_cache, BatchPart{std::move(request.prompt_index), request.prompt_width});
   RolloutBatch b;
   b.tokens = to_view(g.tokens);
   b.attn_mask = to_view(g.attn_mask);
@@ -69,5 +72,61 @@ std::int64_t RolloutEngine::pull_weights(ActorRef<WeightStore> store) {
 }
 
 std::int64_t RolloutEngine::policy_version() { return impl_->version; }
+
+RolloutBatch merge_rollouts(const std::vector<RolloutPart>& parts, std::int32_t samples) {
+  if (samples < 1) throw std::invalid_argument("merge_rollouts: samples must be at least 1");
+  std::size_t prompts = 0;
+  std::int64_t width = 0;
+  for (const auto& part : parts) {
+    prompts += part.prompt_index.size();
+    if (part.batch.tokens.shape.size() != 2 || part.batch.tokens.shape[0] != std::int64_t(part.prompt_index.size()) * samples)
+      throw std::invalid_argument("merge_rollouts: a part's rows do not match its prompts");
+    if (part.batch.prompt_len != parts.front().batch.prompt_len)
+      throw std::invalid_argument("merge_rollouts: the parts were laid out with different prompt widths");
+    width = std::max(width, part.batch.tokens.shape[1]);
+  }
+  std::vector<char> seen(prompts, 0);
+  for (const auto& part : parts) {
+    for (auto p : part.prompt_index) {
+      if (p < 0 || std::size_t(p) >= prompts || seen[std::size_t(p)]++)
+        throw std::invalid_argument("merge_rollouts: prompt " + std::to_string(p) + " is not covered exactly once");
+    }
+  }
+  const std::int64_t rows = std::int64_t(prompts) * samples;
+  auto tokens = at::zeros({rows, width}, at::kLong), attn = at::zeros({rows, width}, at::kBool),
+       response = at::zeros({rows, width}, at::kBool), logprobs = at::zeros({rows, width}, at::kFloat);
+  RolloutBatch out;
+  out.responses.resize(std::size_t(rows));
+  out.finished.resize(std::size_t(rows));
+  out.policy_version.resize(std::size_t(rows));
+  out.prompt_len = parts.empty() ? 0 : parts.front().batch.prompt_len;
+  for (const auto& part : parts) {
+    const auto& b = part.batch;
+    std::vector<std::int64_t> dest;
+    dest.reserve(part.prompt_index.size() * std::size_t(samples));
+    for (auto p : part.prompt_index)
+      for (std::int32_t s = 0; s < samples; ++s) dest.push_back(p * samples + s);
+    auto at_rows = at::tensor(dest, at::kLong);
+    const std::int64_t pad = width - b.tokens.shape[1];
+    auto place = [&](at::Tensor& into, const TensorView& v) { into.index_copy_(0, at_rows, at::constant_pad_nd(from_view(v), {0, pad}, 0)); };
+    place(tokens, b.tokens);
+    place(attn, b.attn_mask);
+    place(response, b.response_mask);
+    place(logprobs, b.logprobs);
+    for (std::size_t r = 0; r < dest.size(); ++r) {
+      const auto to = std::size_t(dest[r]);
+      out.responses[to] = b.responses.at(r);
+      out.finished[to] = b.finished.at(r);
+      out.policy_version[to] = b.policy_version.at(r);
+    }
+    out.generated_tokens += b.generated_tokens;
+    out.seconds = std::max(out.seconds, b.seconds);
+  }
+  out.tokens = to_view(tokens);
+  out.attn_mask = to_view(attn);
+  out.response_mask = to_view(response);
+  out.logprobs = to_view(logprobs);
+  return out;
+}
 
 }  // namespace troupe::actors

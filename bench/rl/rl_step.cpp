@@ -45,7 +45,8 @@ class PlainLoop {
     const auto problems = cursor.next(data_.train, std::size_t(config_.prompts_per_step));
     actors::GenerateRequest req{rl::encode_prompts(problems, tokenizer_), config_.group_size,
                                 actors::SamplingParams{config_.temperature, config_.top_p, task_->max_answer_chars() + 1,
-                                                       tokenizer_.eos_id(), rl::step_seed(config_.seed, step)}};
+                                                       tokenizer_.eos_id(), rl::step_seed(config_.seed, step)},
+                                {}, 0};
     const auto rb = rollout_.generate(std::move(req));
     rec.seconds.rollout = since(t), t = Clock::now();
     const auto scores = reward_.score(rl::score_items(problems, config_.group_size, rb, tokenizer_));

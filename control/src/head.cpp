@@ -355,6 +355,12 @@ net::HttpResponse Head::route_elastic(const net::HttpRequest& req, const std::st
   auto it = state_->elastic_groups().find(id);
   if (it == state_->elastic_groups().end()) return control::error_reply(404, "unknown elastic group " + std::to_string(id));
   if (verb.empty() && req.method == "GET") return reply(200, elastic_json(it->second));
+  if (verb.empty() && req.method == "DELETE") {
+    auto removed = state_->remove_elastic(id);
+    if (!removed.ok()) return error_reply(removed.error());
+    changed();
+    return reply(200, json{{"id", id}, {"stopped", *removed}});
+  }
   if (verb == "scale" && req.method == "POST") return scale_elastic(id, parse_body(req.body));
   return control::error_reply(404, "no such elastic group endpoint");
 }

@@ -595,8 +595,8 @@ bool HeadState::reconcile_elastic() {
 }
 
 Result<const ElasticGroupRecord*> HeadState::create_elastic(ElasticGroupRecord g) {
-  if (g.min < 1 || g.max < g.min || g.max > 1000) {
-    return Error{ControlCode::BadRequest, "an elastic group needs 1 <= min <= max <= 1000 (got min " + std::to_string(g.min) +
+  if (g.min < 0 || g.max < std::max<std::int64_t>(1, g.min) || g.max > 1000) {
+    return Error{ControlCode::BadRequest, "an elastic group needs 0 <= min <= max, 1 <= max <= 1000 (got min " + std::to_string(g.min) +
                                               ", max " + std::to_string(g.max) + ")"};
   }
   g.id = next_elastic_++;
@@ -617,8 +617,8 @@ Result<const ElasticGroupRecord*> HeadState::scale_elastic(std::uint64_t id, std
   if (it == elastic_.end()) return Error{ControlCode::NotFound, "unknown elastic group " + std::to_string(id)};
   ElasticGroupRecord& g = it->second;
   const std::int64_t new_min = min.value_or(g.min), new_max = max.value_or(g.max);
-  if (new_min < 1 || new_max < new_min || new_max > 1000) {
-    return Error{ControlCode::BadRequest, "bounds must be 1 <= min <= max <= 1000 (got min " + std::to_string(new_min) +
+  if (new_min < 0 || new_max < std::max<std::int64_t>(1, new_min) || new_max > 1000) {
+    return Error{ControlCode::BadRequest, "bounds must be 0 <= min <= max, 1 <= max <= 1000 (got min " + std::to_string(new_min) +
                                               ", max " + std::to_string(new_max) + ")"};
   }
   if (target && (*target < new_min || *target > new_max)) {
@@ -631,6 +631,22 @@ Result<const ElasticGroupRecord*> HeadState::scale_elastic(std::uint64_t id, std
   spdlog::info("head: elastic group {} ({}): target {} in [{}, {}]", g.id, g.name, g.target, g.min, g.max);
   after_release();
   return &g;
+}
+
+Result<std::size_t> HeadState::remove_elastic(std::uint64_t id) {
+  auto it = elastic_.find(id);
+  if (it == elastic_.end()) return Error{ControlCode::NotFound, "unknown elastic group " + std::to_string(id)};
+  const std::string name = it->second.name;
+  elastic_.erase(it);   // first, so that no member is replaced
+  std::size_t stopped = 0;
+  for (auto& [aid, a] : actors_.all()) {
+    if (a.spec.elastic_group != id || a.state == ActorState::Dead) continue;
+    bury(a, "its elastic group " + name + " was removed");
+    ++stopped;
+  }
+  after_release();
+  spdlog::info("head: elastic group {} ({}) removed, {} members stopped", id, name, stopped);
+  return stopped;
 }
 
 // ---- placement groups ---------------------------------------------------------------------------

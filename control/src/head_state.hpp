@@ -103,6 +103,8 @@ class HeadState {
   Result<const ElasticGroupRecord*> create_elastic(ElasticGroupRecord g);
   Result<const ElasticGroupRecord*> scale_elastic(std::uint64_t id, std::optional<std::int64_t> target,
                                                   std::optional<std::int64_t> min, std::optional<std::int64_t> max);
+  // Removes the group and stops its members; the number stopped. NotFound for an unknown id.
+  Result<std::size_t> remove_elastic(std::uint64_t id);
   const std::map<std::uint64_t, ElasticGroupRecord>& elastic_groups() const { return elastic_; }
   // Its members running now, and why it has fewer than its target ("" when it does not).
   std::int64_t elastic_live(const ElasticGroupRecord& g);

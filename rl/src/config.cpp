@@ -216,6 +216,8 @@ ConfigSchema grpo_config_schema(GrpoConfig& c) {
   s.add("run.verbose", &c.verbose, "progress on stderr");
   s.add("placement.worker_processes", &c.worker_processes,
         "trainer and rollout colocated in one worker process, reference and reward in their own");
+  s.add("placement.rollouts", &c.rollouts,
+        "rollout engines MIN:MAX: engine 0 beside the trainer, the others an elastic group in worker processes");
   s.add("placement.trainer_threads", &c.trainer_threads, "libtorch intra-op threads of the trainer");
   s.add("placement.rollout_threads", &c.rollout_threads, "of the rollout engine");
   s.add("placement.reference_threads", &c.reference_threads, "of the reference");

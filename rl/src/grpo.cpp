@@ -5,7 +5,9 @@
 #include "troupe/rl/config.hpp"
 
 #include <chrono>
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -79,6 +81,7 @@ Grpo::Grpo(Runtime& rt, GrpoConfig config) : rt_(rt), config_(std::move(config))
     throw std::invalid_argument("unknown algorithm '" + config_.algorithm + "' (grpo or dpo)");
   }
   advantage_ = find_advantage_estimator(config_.advantage);   // an unknown name fails here, not at step 1
+  rollouts_ = RolloutRange::parse(config_.rollouts);
   task_ = make_task(config_.task);
   tokenizer_ = std::make_unique<actors::CharTokenizer>(task_->alphabet());
   config_.policy.vocab_size = tokenizer_->vocab_size();
@@ -113,9 +116,14 @@ void Grpo::spawn_actors() {
   reference_ = rt_.spawn<actors::Reference>(reference, actors::ReferenceConfig{config_.policy, "", config_.reference_threads});
   reward_ = rt_.spawn<actors::Reward>(reward, actors::RewardConfig{task_->verifier(), 0.0f});
   weights_ = rt_.spawn<WeightStore>(weights);
+  // Engines 1.. run in worker processes of their own wherever the head finds room.
+  const Options member = Options{}.process(true).cpus(config_.rollout_threads);
+  pool_ = std::make_unique<RolloutPool>(rt_, rollout_, weights_, rollouts_, member,
+                                        actors::RolloutConfig{config_.policy, config_.rollout_threads, true});
 }
 
 Grpo::~Grpo() {
+  pool_.reset();
   rt_.kill(trainer_);
   rt_.kill(rollout_);
   rt_.kill(reference_);
@@ -164,13 +172,16 @@ std::vector<Problem> Grpo::next_prompts() {
   return state_.cursor.next(data_.train, std::size_t(config_.prompts_per_step));
 }
 
+// The step's prompts split across the engines by cost; every sample keyed by (run seed, step, its
+// prompt's index, its index), so the split changes nothing.
 actors::RolloutBatch Grpo::generate(const std::vector<Problem>& problems) {
   actors::GenerateRequest req;
   req.prompts = encode_prompts(problems, *tokenizer_);
   req.samples_per_prompt = config_.group_size;
   req.sampling = actors::SamplingParams{config_.temperature, config_.top_p, std::int32_t(task_->max_answer_chars() + 1),
                                         tokenizer_->eos_id(), step_seed(config_.seed, state_.step)};
-  return rollout_.call(&actors::RolloutEngine::generate, std::move(req)).get();
+  for (const auto& p : req.prompts) req.prompt_width = std::max(req.prompt_width, std::int32_t(p.size()));
+  return pool_->generate(req, &engines_);
 }
 
 std::vector<actors::RewardResult> Grpo::score(const std::vector<Problem>& problems, const actors::RolloutBatch& rollout) {
@@ -219,14 +230,32 @@ actors::TrainMetrics Grpo::dpo_update(const actors::RolloutBatch& rollout, const
   return m;
 }
 
-// Through the versioned weight store: the trainer publishes, the rollout engine pulls (colocated:
-// no copy beyond the publish).
+// Through the versioned weight store: the trainer publishes, the rollout engines pull (engine 0,
+// colocated: no copy beyond the publish; the others: the mapped file or the chain).
 void Grpo::sync_weights() {
   trainer_.call(&actors::Trainer::publish_to, weights_).get();
-  state_.policy_version = rollout_.call(&actors::RolloutEngine::pull_weights, weights_).get();
+  state_.policy_version = pool_->pull_weights();
 }
 
 namespace {
+
+// FNV-1a over the step's token ids and response mask: two runs drew the same samples iff equal
+// (up to collisions).
+std::string samples_digest(const actors::RolloutBatch& b) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  auto eat = [&h](const void* data, std::size_t bytes) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (std::size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  };
+  for (const TensorView* v : {&b.tokens, &b.response_mask}) {
+    if (!v->is_contiguous()) return "";
+    eat(v->shape.data(), v->shape.size() * sizeof(std::int64_t));
+    eat(v->data, v->nbytes());
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
 
 // The log line of one step: reward statistics, the trainer's metrics, throughput.
 StepRecord step_record(const actors::RolloutBatch& rollout, const std::vector<actors::RewardResult>& rewards,
@@ -278,6 +307,8 @@ StepRecord Grpo::step() {
   ++state_.step;
   StepRecord rec = step_record(rollout, rewards, metrics);
   rec.step = state_.step;
+  rec.rollout_engines = engines_;
+  rec.samples_digest = samples_digest(rollout);
   rec.seconds = time;
   rec.tokens_per_s = double(rollout.generated_tokens) / std::max(1e-9, time.total);
   return rec;

@@ -39,6 +39,8 @@ std::string to_json_line(const StepRecord& r) {
   j["grad_norm"] = rounded(r.grad_norm);
   j["lr"] = r.lr;
   j["tokens_per_s"] = rounded(r.tokens_per_s, 10);
+  j["rollout_engines"] = r.rollout_engines;
+  if (!r.samples_digest.empty()) j["samples_digest"] = r.samples_digest;
   const auto& s = r.seconds;
   j["seconds"] = {{"rollout", rounded(s.rollout)}, {"reward", rounded(s.reward)}, {"reference", rounded(s.reference)},
                   {"train", rounded(s.train)}, {"sync", rounded(s.sync)}, {"eval", rounded(s.eval)}, {"total", rounded(s.total)}};
@@ -63,6 +65,8 @@ StepRecord record_from_json_line(const std::string& line) {
   if (j.contains("heldout_format")) r.heldout_format = j["heldout_format"].get<double>();
   r.kl = j.value("kl", 0.0);
   r.entropy = j.value("entropy", 0.0);
+  r.rollout_engines = j.value("rollout_engines", 1);
+  r.samples_digest = j.value("samples_digest", "");
   if (auto it = j.find("values"); it != j.end() && it->is_object()) {
     for (const auto& [k, v] : it->items()) {
       if (v.is_number()) r.values[k] = v.get<double>();

@@ -36,6 +36,15 @@ Status elastic_scale(RuntimeImpl& rt, std::uint64_t group, int target) {
   return {};
 }
 
+Status elastic_remove(RuntimeImpl& rt, std::uint64_t group) {
+  try {
+    rt.cluster().request("DELETE", "/api/v1/elastic_groups/" + std::to_string(group), nullptr);
+  } catch (const CallError& e) {
+    return e.error();
+  }
+  return {};
+}
+
 void elastic_log(const std::string& what) { spdlog::warn("{}", what); }
 
 }  // namespace troupe::detail

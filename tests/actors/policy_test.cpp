@@ -133,28 +133,32 @@ TEST_CASE("a sample's tokens do not depend on how its batch is split into reques
   for (float top_p : {1.0f, 0.8f}) {
     const SamplingParams params{1.0f, top_p, 8, 2, 17};
     auto whole = generate(policy, prompts, 3, params, true);
-    // Parts of 1, 2 and 3 prompts, each told its first prompt and the whole batch's width (5).
-    std::size_t first = 0;
-    for (std::size_t n : {1, 2, 3}) {
-      std::vector<std::vector<std::int32_t>> mine(prompts.begin() + long(first), prompts.begin() + long(first + n));
-      auto part = generate(policy, mine, 3, params, n != 2, BatchPart{std::int64_t(first), 5});
+    // Parts of 1, 3 and 2 prompts, not contiguous, each told its prompts' places and the whole
+    // batch's width (5), as the GRPO driver splits a step by cost.
+    const std::vector<std::vector<std::int64_t>> parts = {{3}, {4, 0, 2}, {5, 1}};
+    for (std::size_t k = 0; k < parts.size(); ++k) {
+      std::vector<std::vector<std::int32_t>> mine;
+      for (auto i : parts[k]) mine.push_back(prompts[std::size_t(i)]);
+      auto part = generate(policy, mine, 3, params, k != 1, BatchPart{parts[k], 5});
       REQUIRE(part.prompt_len == whole.prompt_len);
-      const auto rows = whole.tokens.narrow(0, std::int64_t(first * 3), std::int64_t(n * 3));
       const auto width = part.tokens.size(1);
       CHECK(width <= whole.tokens.size(1));
-      CHECK(at::equal(part.tokens, rows.narrow(1, 0, width)));
-      CHECK((rows.narrow(1, width, whole.tokens.size(1) - width) == 0).all().item<bool>());   // nothing past it
-      CHECK(at::allclose(part.logprobs, whole.logprobs.narrow(0, std::int64_t(first * 3), std::int64_t(n * 3)).narrow(1, 0, width),
-                         1e-5, 1e-6));
-      for (std::size_t r = 0; r < n * 3; ++r) {
-        CHECK(part.responses[r] == whole.responses[first * 3 + r]);
-        CHECK(part.finished[r] == whole.finished[first * 3 + r]);
+      for (std::size_t j = 0; j < parts[k].size(); ++j) {
+        for (std::int64_t s = 0; s < 3; ++s) {
+          const std::int64_t r = std::int64_t(j) * 3 + s, w = parts[k][j] * 3 + s;
+          CHECK(at::equal(part.tokens[r], whole.tokens[w].narrow(0, 0, width)));
+          CHECK((whole.tokens[w].narrow(0, width, whole.tokens.size(1) - width) == 0).all().item<bool>());   // nothing past it
+          CHECK(at::allclose(part.logprobs[r], whole.logprobs[w].narrow(0, 0, width), 1e-5, 1e-6));
+          CHECK(part.responses[std::size_t(r)] == whole.responses[std::size_t(w)]);
+          CHECK(part.finished[std::size_t(r)] == whole.finished[std::size_t(w)]);
+        }
       }
-      first += n;
     }
   }
   // A prompt longer than the width it was given is refused.
-  CHECK_THROWS_AS(generate(policy, {{1, 2, 3}}, 1, SamplingParams{}, true, BatchPart{0, 2}), std::invalid_argument);
+  CHECK_THROWS_AS(generate(policy, {{1, 2, 3}}, 1, SamplingParams{}, true, BatchPart{{0}, 2}), std::invalid_argument);
+  CHECK_THROWS_AS(generate(policy, {{1, 2, 3}}, 1, SamplingParams{}, true, BatchPart{{0, 1}, 0}), std::invalid_argument);
+  CHECK_THROWS_AS(generate(policy, {{1, 2, 3}}, 1, SamplingParams{}, true, BatchPart{{-1}, 0}), std::invalid_argument);
 }
 
 TEST_CASE("a bad context, prompt or token id is refused") {

@@ -39,6 +39,24 @@ TEST_CASE("nested user structs survive a msgpack round trip") {
   CHECK(troupe::decode_value<Sample>(troupe::encode_value(empty)) == empty);
 }
 
+TEST_CASE("per-member results (an elastic group's call_all) travel with each slot's value or error") {
+  std::vector<troupe::Result<std::string>> slots{std::string("a"),
+                                                 troupe::Error{troupe::ErrorCode::ActorDied, "member 3 died"},
+                                                 troupe::Error{troupe::WeightCode::Checksum, "bad bytes"}};
+  auto back = troupe::decode_value<std::vector<troupe::Result<std::string>>>(troupe::encode_value(slots));
+  REQUIRE(back.size() == 3);
+  CHECK(back[0].value() == "a");
+  CHECK(back[1].error().code == troupe::ErrorCode::ActorDied);
+  CHECK(back[1].error().message == "member 3 died");
+  CHECK(back[2].error().code == troupe::WeightCode::Checksum);
+  std::vector<troupe::Status> done{troupe::Status{}, troupe::Error{troupe::ErrorCode::Timeout, "late"}};
+  auto done_back = troupe::decode_value<std::vector<troupe::Status>>(troupe::encode_value(done));
+  REQUIRE(done_back.size() == 2);
+  CHECK(done_back[0].ok());
+  CHECK(done_back[1].error().code == troupe::ErrorCode::Timeout);
+  CHECK_THROWS_AS(troupe::decode_value<std::vector<troupe::Status>>(troupe::encode_value(std::vector<int>{1})), troupe::DecodeError);
+}
+
 TEST_CASE("a tensor argument travels as a slot, not as bytes") {
   auto t = troupe::TensorView::empty(troupe::DType::BF16, {1024, 1024});
   auto p = troupe::encode_args(t, 1);

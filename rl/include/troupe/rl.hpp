@@ -17,5 +17,6 @@
 #include "troupe/rl/grpo.hpp"
 #include "troupe/rl/kl_controller.hpp"
 #include "troupe/rl/metrics.hpp"
+#include "troupe/rl/rollouts.hpp"
 #include "troupe/rl/task.hpp"
 #include "troupe/troupe.hpp"

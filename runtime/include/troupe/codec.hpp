@@ -190,6 +190,79 @@ struct convert<troupe::TensorView> {
   }
 };
 
+// --- msgpack adaptor: Error as [domain, code, message]; a vector of Results (call_all's slots) ------
+template <>
+struct pack<troupe::Error> {
+  template <class Stream>
+  packer<Stream>& operator()(packer<Stream>& o, const troupe::Error& e) const {
+    o.pack_array(3);
+    o.pack(static_cast<std::uint8_t>(e.code.domain()));
+    o.pack(e.code.value());
+    o.pack(e.message);
+    return o;
+  }
+};
+
+template <>
+struct convert<troupe::Error> {
+  const msgpack::object& operator()(const msgpack::object& o, troupe::Error& e) const {
+    if (o.type != msgpack::type::ARRAY || o.via.array.size != 3) throw troupe::DecodeError("expected an error");
+    e.code = troupe::Code::from_wire(o.via.array.ptr[0].as<std::uint8_t>(), o.via.array.ptr[1].as<std::uint16_t>());
+    e.message = o.via.array.ptr[2].as<std::string>();
+    return o;
+  }
+};
+
+// A Result as [true, value] (void: [true]) or [false, error].
+template <class T>
+struct pack<troupe::Result<T>> {
+  template <class Stream>
+  packer<Stream>& operator()(packer<Stream>& o, const troupe::Result<T>& r) const {
+    if (!r.ok()) {
+      o.pack_array(2);
+      o.pack(false);
+      o.pack(r.error());
+      return o;
+    }
+    if constexpr (std::is_void_v<T>) {
+      o.pack_array(1);
+      o.pack(true);
+    } else {
+      o.pack_array(2);
+      o.pack(true);
+      o.pack(r.value());
+    }
+    return o;
+  }
+};
+
+// Results have no empty state, so a vector of them is built element by element.
+template <class T>
+struct convert<std::vector<troupe::Result<T>>> {
+  const msgpack::object& operator()(const msgpack::object& o, std::vector<troupe::Result<T>>& out) const {
+    if (o.type != msgpack::type::ARRAY) throw troupe::DecodeError("expected an array of results");
+    out.clear();
+    out.reserve(o.via.array.size);
+    for (std::uint32_t i = 0; i < o.via.array.size; ++i) {
+      const msgpack::object& x = o.via.array.ptr[i];
+      if (x.type != msgpack::type::ARRAY || x.via.array.size < 1 || x.via.array.size > 2) throw troupe::DecodeError("expected a result");
+      const bool ok = x.via.array.ptr[0].as<bool>();
+      if (!ok) {
+        if (x.via.array.size != 2) throw troupe::DecodeError("expected a result's error");
+        out.emplace_back(x.via.array.ptr[1].as<troupe::Error>());
+      } else if constexpr (std::is_void_v<T>) {
+        out.emplace_back();
+      } else {
+        if (x.via.array.size != 2) throw troupe::DecodeError("expected a result's value");
+        T value{};
+        x.via.array.ptr[1].convert(value);
+        out.emplace_back(std::move(value));
+      }
+    }
+    return o;
+  }
+};
+
 }  // namespace adaptor
 }  // MSGPACK_API_VERSION_NAMESPACE
 }  // namespace msgpack

@@ -3,7 +3,7 @@
 //   auto rollout = rt.spawn_elastic_group<Engine>(troupe::Elastic{1, 4}.name("rollout"),
 //                                                 troupe::Options{}.process(true).cpus(1), args...);
 //   rollout.on_join([&](const troupe::ActorRef<Engine>& e) { e.call(&Engine::pull, version).get(); });
-//   auto outs = rollout.call_all(&Engine::generate, prompts).get();   // this epoch's members
+//   for (auto& out : rollout.call_all(&Engine::generate, prompts).get()) ...   // a Result per member
 //
 // The head holds the group's target (min <= target <= max, max at first; `troupe job scale`
 // changes it), starts members as the cluster has room, places freed room by the deficit rule
@@ -12,7 +12,8 @@
 // next epoch only after on_join has run on it (a throw keeps it out until the next try), and one
 // that died or was stopped leaves it. Every group call runs on one epoch's snapshot, taken when
 // it is made; members that join meanwhile take part from the next call (EL-1). Below min members
-// (the min given here) a group call fails at once with Unavailable, naming the group.
+// (the min given here) a group call fails at once with Unavailable, naming the group. A min of 0
+// makes a group of optional helpers: its calls then run on whoever is there, possibly no one.
 #pragma once
 
 #include <algorithm>
@@ -56,6 +57,7 @@ std::vector<std::shared_ptr<ActorCell>> elastic_members(RuntimeImpl& rt, std::ui
                                                         const Options& opts);
 Status elastic_wait(RuntimeImpl& rt, std::uint64_t group, std::size_t min, std::chrono::milliseconds timeout);
 Status elastic_scale(RuntimeImpl& rt, std::uint64_t group, int target);
+Status elastic_remove(RuntimeImpl& rt, std::uint64_t group);
 void elastic_log(const std::string& what);   // troupe's log, a warning
 }  // namespace detail
 
@@ -93,6 +95,9 @@ class ElasticGroup {
   }
   // Sets the head's target for the group (min <= target <= max).
   Status scale(int target) const { return detail::elastic_scale(*s_->rt, s_->id, target); }
+  // Removes the group at the head and stops its members (a group otherwise lives as long as the
+  // process that made it). Its calls in flight fail with ActorDied.
+  Status remove() const { return detail::elastic_remove(*s_->rt, s_->id); }
 
   // This group, its scatter's shards and balanced calls re-sent to another live member of the
   // group when theirs dies (ActorDied), up to as many times as the group has members. call_all's
@@ -104,12 +109,17 @@ class ElasticGroup {
   }
 
   // Group calls on this epoch's members; below min members they fail at once with Unavailable.
+  // call_all's results are per member (a Result each, in member order): a member that died or left
+  // during the call has its error in its slot, and the others' results stand.
   template <class M, class... A>
-  auto call_all(M method, const A&... args) const {
+  Future<std::vector<Result<typename detail::MethodTraits<M>::Result>>> call_all(M method, const A&... args) const {
+    using R = typename detail::MethodTraits<M>::Result;
     auto g = refresh();
-    using Out = decltype(g.call_all(method, args...));
-    if (g.size() < s_->min) return Out(make_error_future<typename Out::value_type>(below_min(g.size())));
-    return g.call_all(method, args...);
+    if (g.size() < s_->min) return make_error_future<std::vector<Result<R>>>(below_min(g.size()));
+    std::vector<Future<R>> fs;
+    fs.reserve(g.size());
+    for (const auto& m : g) fs.push_back(m.call(method, args...));
+    return when_all_results(std::move(fs));
   }
   template <class M, class S>
   auto scatter(M method, std::vector<S> shards) const {

@@ -138,6 +138,10 @@ std::size_t wait_any(const std::vector<Future<T>>& fs) {
 template <class T>
 Future<std::conditional_t<std::is_void_v<T>, void, std::vector<T>>> when_all(std::vector<Future<T>> fs);
 
+// One future for many that never fails: each input's value or error, in order, once all completed.
+template <class T>
+Future<std::vector<Result<T>>> when_all_results(std::vector<Future<T>> fs);
+
 }  // namespace troupe
 
 #include "troupe/detail/when_all.hpp"

@@ -26,8 +26,8 @@ struct Generation {
 
 // Where a request's rows sit in the whole batch they belong to (GenerateRequest's fields).
 struct BatchPart {
-  std::int64_t first_prompt = 0;   // index of the first prompt in the whole batch
-  std::int32_t prompt_width = 0;   // the whole batch's longest prompt; 0: these prompts' longest
+  std::vector<std::int64_t> prompt_index;   // each prompt's index in the whole batch; empty: 0, 1, ...
+  std::int32_t prompt_width = 0;            // the whole batch's longest prompt; 0: these prompts' longest
 };
 
 // Samples `samples_per_prompt` continuations of each prompt (rows of one prompt adjacent) until
@@ -35,7 +35,8 @@ struct BatchPart {
 // Each row draws from its own stream (sample_stream), so a row's tokens depend on the seed, its
 // place in the whole batch and the weights, not on the other rows of the call. Throws
 // std::invalid_argument when a prompt is empty or longer than part.prompt_width, an id is outside
-// the vocabulary, or prompt + max_new_tokens exceeds the context.
+// the vocabulary, part.prompt_index has another length than prompts or a negative index, or
+// prompt + max_new_tokens exceeds the context.
 Generation generate(const Policy& policy, const std::vector<std::vector<std::int32_t>>& prompts,
                     std::int32_t samples_per_prompt, const SamplingParams& params, bool use_cache = true,
                     BatchPart part = {});

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "troupe/actors/types.hpp"
 #include "troupe/weight_store.hpp"
@@ -43,6 +44,21 @@ class RolloutEngine {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// One engine's part of a batch split across engines: its prompts' rows in the whole batch (0 to
+// prompts - 1, the order of the part's request) and what it sampled for them.
+struct RolloutPart {
+  std::vector<std::int64_t> prompt_index;
+  RolloutBatch batch;
+};
+
+// The whole batch from its parts: the row of sample s of prompt p at p * samples + s, the columns
+// padded to the widest part (tokens 0, masks false, logprobs 0), generated_tokens summed, seconds
+// the slowest part's. With parts sampled as GenerateRequest describes (prompt_index, one
+// prompt_width), this is the batch one engine gives for the whole request. Throws
+// std::invalid_argument when the parts do not cover each prompt exactly once or disagree on the
+// prompt width.
+RolloutBatch merge_rollouts(const std::vector<RolloutPart>& parts, std::int32_t samples);
 
 }  // namespace troupe::actors
 

@@ -44,13 +44,13 @@ struct GenerateRequest {
   std::vector<std::vector<std::int32_t>> prompts;
   std::int32_t samples_per_prompt = 1;   // the G of GRPO; the samples of one prompt are adjacent rows
   SamplingParams sampling;
-  // For a part of a larger batch split across engines: the index of this request's first prompt in
-  // the whole batch (it keys the samples' streams), and the whole batch's longest prompt (prompts are
-  // left-padded to it; 0: this request's longest). With both, each row's tokens are those the whole
-  // batch would give it on one engine.
-  std::int64_t first_prompt = 0;
+  // For a part of a larger batch split across engines: each prompt's index in the whole batch (it
+  // keys the prompt's samples' streams; empty: 0, 1, ...), and the whole batch's longest prompt
+  // (prompts are left-padded to it; 0: this request's longest). With both, each row's tokens are
+  // those the whole batch would give it on one engine.
+  std::vector<std::int64_t> prompt_index;
   std::int32_t prompt_width = 0;
-  MSGPACK_DEFINE(prompts, samples_per_prompt, sampling, first_prompt, prompt_width);
+  MSGPACK_DEFINE(prompts, samples_per_prompt, sampling, prompt_index, prompt_width);
 };
 
 // N = prompts * samples_per_prompt rows.

@@ -1,7 +1,8 @@
 // GRPO (Shao et al. 2024, arXiv:2402.03300, Algorithm 1) as an actor graph:
 //
 //   trainer    Trainer        policy pi_theta, AdamW            (colocated with the rollout engine)
-//   rollout    RolloutEngine  samples G responses per prompt     (swaps to each new version)
+//   rollout    RolloutEngine  samples G responses per prompt     (swaps to each new version;
+//                             more engines in an elastic group with --rollouts MIN:MAX)
 //   reference  Reference      frozen pi_ref = the SFT warm start
 //   reward     Reward         rule verifier of the task
 //
@@ -25,6 +26,7 @@
 #include "troupe/rl/advantages.hpp"
 #include "troupe/rl/checkpoint.hpp"
 #include "troupe/rl/metrics.hpp"
+#include "troupe/rl/rollouts.hpp"
 #include "troupe/rl/task.hpp"
 
 namespace troupe::rl {
@@ -80,6 +82,10 @@ struct GrpoConfig {
   // worker process each. With --address, workers run on the cluster's nodes (run_dir must then
   // be a path every node sees).
   bool worker_processes = false;
+  // Rollout engines, MIN:MAX (RolloutRange): engine 0 beside the trainer, the others an elastic
+  // group (each in a worker process of its own, placed by the head; they join and leave while the
+  // run goes on). The number of engines changes the speed, never the samples (rollouts.hpp).
+  std::string rollouts = "1:1";
   std::string run_dir = "runs/grpo";     // made absolute: workers may run elsewhere
   bool resume = false;                   // continue from the newest checkpoint in run_dir
   std::int32_t stop_after = -1;          // >= 0: checkpoint and stop after this many steps (tests)
@@ -169,8 +175,11 @@ class Grpo {
   Dataset data_;
   RunState state_;
   ActorRef<actors::Trainer> trainer_;
-  ActorRef<actors::RolloutEngine> rollout_;
+  ActorRef<actors::RolloutEngine> rollout_;   // engine 0, beside the trainer
   ActorRef<WeightStore> weights_;   // the trainer publishes each version here; the rollout pulls it
+  RolloutRange rollouts_;
+  std::unique_ptr<RolloutPool> pool_;         // engine 0 and the elastic group of the others
+  int engines_ = 1;                           // the last step's
   ActorRef<actors::Reference> reference_;
   ActorRef<actors::Reward> reward_;
   std::optional<PlacementGroup> group_;   // worker_processes only; removed with the Grpo
