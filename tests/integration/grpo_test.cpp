@@ -2,9 +2,14 @@
 // and reward in their own) takes exactly the steps it takes in-process.
 #include <doctest/doctest.h>
 
+#include <signal.h>
+
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -13,17 +18,40 @@
 
 namespace {
 
-std::vector<nlohmann::json> run_grpo(const std::string& dir, bool workers) {
-  std::vector<std::string> argv{TROUPE_GRPO, "--steps", "3", "--sft-steps", "20", "--heldout-size", "50",
-                                "--train-size", "200", "--prompts", "8", "--eval-every", "3", "--run-dir", dir};
+std::vector<nlohmann::json> read_metrics(const std::string& dir) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(std::filesystem::path(dir) / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded()) lines.push_back(std::move(j));   // a line being written is skipped
+  }
+  return lines;
+}
+
+const std::vector<std::string> kShortRun{"--steps", "3", "--sft-steps", "20", "--heldout-size", "50", "--train-size", "200",
+                                         "--prompts", "8", "--eval-every", "3"};
+
+std::vector<nlohmann::json> run_grpo(const std::string& dir, bool workers, const std::vector<std::string>& args = kShortRun) {
+  std::vector<std::string> argv{TROUPE_GRPO, "--run-dir", dir};
   if (workers) argv.push_back("--worker-processes");
+  argv.insert(argv.end(), args.begin(), args.end());
   argv.insert(argv.begin(), {"/usr/bin/env", "TROUPE_TMPDIR=" + dir + "-sessions"});
   auto res = itest::run(argv, std::chrono::seconds(120));
   REQUIRE_MESSAGE(res.status == 0, res.output);
-  std::vector<nlohmann::json> lines;
-  std::ifstream in(std::filesystem::path(dir) / "metrics.jsonl");
-  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
-  return lines;
+  return read_metrics(dir);
+}
+
+// The same steps: the same samples (digest), rewards and held-out accuracy, losses within 1e-5.
+void check_same_steps(const std::vector<nlohmann::json>& got, const std::vector<nlohmann::json>& want) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    INFO("step " << want[i]["step"]);
+    CHECK(got[i]["samples_digest"] == want[i]["samples_digest"]);
+    CHECK(got[i]["reward_mean"] == want[i]["reward_mean"]);
+    CHECK(got[i].value("heldout_acc", -1.0) == want[i].value("heldout_acc", -1.0));
+    CHECK(std::abs(got[i]["loss"].get<double>() - want[i]["loss"].get<double>()) <= 1e-5);
+    CHECK(std::abs(got[i]["kl"].get<double>() - want[i]["kl"].get<double>()) <= 1e-5);
+  }
 }
 
 }  // namespace
@@ -40,6 +68,71 @@ TEST_CASE("GRPO in worker processes takes the same steps as in-process") {
     CHECK(remote[i]["loss"] == local[i]["loss"]);
     CHECK(remote[i]["policy_version"] == local[i]["policy_version"]);
   }
+}
+
+// The sizes of a short run whose steps take long enough for nodes to join and die during it.
+const std::vector<std::string> kElasticRun{"--steps", "150", "--sft-steps", "100", "--heldout-size", "100", "--train-size", "400",
+                                           "--prompts", "16", "--eval-every", "25"};
+
+TEST_CASE("GRPO draws the same samples on 1 rollout engine, on 3, and on an elastic group that goes 1 -> 3 -> 2 mid-run") {
+  test_support::TempDir dir("troupe-grpo-elastic");
+  const std::string& root = dir.path;
+  auto one = run_grpo(root + "/one", false, kElasticRun);
+  REQUIRE(one.size() == 150);
+  CHECK(one.back()["rollout_engines"] == 1);
+
+  // Engine 0 in this process and two more in worker processes of the embedded node.
+  auto three = run_grpo(root + "/three", false, [] { auto a = kElasticRun; a.insert(a.end(), {"--rollouts", "3:3"}); return a; }());
+  for (const auto& step : three) CHECK(step["rollout_engines"] == 3);
+  check_same_steps(three, one);
+
+  // As a job with worker processes on a cluster with room for the driver and the trainer's bundle
+  // only: engine 0 alone; two daemons join (3 engines), then one is killed -9 (2 engines).
+  itest::Cluster c("CPU=2");
+  const std::string bin = std::filesystem::path(TROUPE_GRPO).parent_path().string();
+  const std::string run_dir = root + "/elastic";
+  std::vector<std::string> submit{"submit", "--no-wait", "--working-dir", bin, "--", "./grpo", "--worker-processes",
+                                  "--rollouts", "1:3", "--run-dir", run_dir};
+  submit.insert(submit.end(), kElasticRun.begin(), kElasticRun.end());
+  auto s = c.job(submit);
+  REQUIRE_MESSAGE(s.status == 0, s.output);
+  // Polls the run's metrics until one step satisfies pred; the steps then.
+  auto wait_step = [&](auto pred, std::chrono::seconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      auto steps = read_metrics(run_dir);
+      if (std::any_of(steps.begin(), steps.end(), pred) || std::chrono::steady_clock::now() > deadline) return steps;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  };
+  auto engines_are = [](int n) { return [n](const nlohmann::json& j) { return j.value("rollout_engines", 0) == n; }; };
+  auto steps = wait_step([](const nlohmann::json& j) { return j.value("step", 0) >= 2; }, std::chrono::seconds(90));
+  REQUIRE_MESSAGE(!steps.empty(), c.job({"logs", "1"}).output);
+  CHECK(steps.front()["rollout_engines"] == 1);
+  c.add_node("CPU=1");
+  const pid_t doomed = c.add_node("CPU=1");
+  steps = wait_step(engines_are(3), std::chrono::seconds(60));
+  REQUIRE_MESSAGE(std::any_of(steps.begin(), steps.end(), engines_are(3)), c.job({"logs", "1"}).output);
+  ::kill(doomed, SIGKILL);
+  steps = wait_step(engines_are(2), std::chrono::seconds(60));
+  CHECK(std::any_of(steps.begin(), steps.end(), engines_are(2)));
+  const auto logs = c.job({"logs", "1", "--follow"}, std::chrono::seconds(120));   // until the job ends
+  INFO(logs.output);
+  auto done = c.job({"status", "1", "--json"});
+  CHECK(done.output.find("\"SUCCEEDED\"") != std::string::npos);
+  auto elastic = read_metrics(run_dir);
+  // In that order: 1 engine, then 3, then 2 (a step may fall between, while a member leaves).
+  std::vector<int> phases;
+  for (const auto& step : elastic) {
+    const int n = step.value("rollout_engines", 0);
+    if (phases.empty() || phases.back() != n) phases.push_back(n);
+  }
+  MESSAGE("rollout engines per phase: " << nlohmann::json(phases).dump() << " over " << elastic.size() << " steps");
+  const auto at3 = std::find(phases.begin(), phases.end(), 3);
+  CHECK(phases.front() == 1);
+  CHECK(at3 != phases.end());
+  CHECK(std::find(at3, phases.end(), 2) != phases.end());
+  check_same_steps(elastic, one);
 }
 
 TEST_CASE("the GRPO example runs as a job, its binaries as the working directory, as README shows it") {
