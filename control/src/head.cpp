@@ -610,7 +610,9 @@ void Head::events(Peer& peer, const json& body) {
       ActorEvent ev;
       ev.actor = field<std::uint64_t>(e, "actor_id");
       ev.incarnation = e.value("incarnation", std::uint64_t{0});
-      ev.ready = e.value("kind", "") == "actor_ready";
+      const std::string kind = e.value("kind", "");
+      ev.kind = kind == "actor_ready" ? ActorEvent::Kind::Ready
+                : kind == "actor_drained" ? ActorEvent::Kind::Drained : ActorEvent::Kind::Failed;
       ev.reason = e.value("reason", std::string());
       events.push_back(std::move(ev));
     }

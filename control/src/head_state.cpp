@@ -213,12 +213,16 @@ Result<const NodeRecord*> HeadState::drain_node(std::uint64_t id, std::chrono::m
   const auto now = std::chrono::steady_clock::now();
   n->rec.drain = NodeDrain::Draining;
   n->drain_deadline = now + deadline;
-  n->leave_at = now + std::min<std::chrono::milliseconds>(deadline, std::chrono::seconds(2));
   spdlog::info("head: draining node {} (deadline {} ms)", id, deadline.count());
   for (auto& [aid, a] : actors_.all()) {   // elastic members leave their epochs now
-    if (a.node == id && a.state != ActorState::Dead && elastic_.contains(a.spec.elastic_group)) {
-      a.leaving = true;
+    if (a.node != id || a.state == ActorState::Dead || !elastic_.contains(a.spec.elastic_group)) continue;
+    a.leaving = true;
+    Worker* w = workers_.find(a.worker);
+    if (a.state == ActorState::Alive && w != nullptr && w->state != WorkerState::Dead) {
+      w->commands.push_back(WorkerCommand::drain(a.id, a.incarnation));   // it says when its queue is done
       actors_.save(a);
+    } else {
+      bury(a, "its node " + std::to_string(id) + " was drained");   // not running yet: nothing to finish
     }
   }
   for (auto& [wid, w] : workers_.all()) {   // a worker whose actors can all restart moves now
@@ -240,12 +244,7 @@ bool HeadState::advance_drains(SteadyTime now) {
     std::vector<ActorRecord*> left;
     for (auto& [aid, a] : actors_.all()) {
       if (a.node != id || a.state == ActorState::Dead) continue;
-      if (a.leaving && now >= n.leave_at) {   // its calls had their grace: it leaves; its group replaces it
-        bury(a, "its node " + std::to_string(id) + " was drained");
-        any = true;
-        continue;
-      }
-      left.push_back(&a);
+      left.push_back(&a);   // a leaving member goes when its worker reports it drained
     }
     if (!left.empty() && now < n.drain_deadline) continue;
     for (ActorRecord* a : left) {   // could not move by the deadline: stopped, and listed
@@ -274,9 +273,7 @@ std::optional<SteadyTime> HeadState::next_drain_time() {
   const auto now = std::chrono::steady_clock::now();
   for (auto& [id, n] : nodes_.all()) {
     if (n.rec.drain != NodeDrain::Draining) continue;
-    for (auto t : {n.leave_at, n.drain_deadline}) {
-      if (t > now && (!next || t < *next)) next = t;
-    }
+    if (n.drain_deadline > now && (!next || n.drain_deadline < *next)) next = n.drain_deadline;
   }
   return next;
 }
@@ -314,7 +311,11 @@ Status HeadState::actor_events(std::uint64_t worker, const std::vector<ActorEven
     ActorRecord* a = actors_.find(e.actor);
     if (a == nullptr || a->worker != worker) continue;
     if (e.incarnation != a->incarnation || a->state == ActorState::Dead) continue;   // stale (FT-2)
-    if (e.ready) {
+    if (e.kind == ActorEvent::Kind::Drained) {
+      if (a->leaving) bury(*a, "its node " + std::to_string(a->node) + " was drained (its calls finished first)");
+      continue;
+    }
+    if (e.kind == ActorEvent::Kind::Ready) {
       a->state = ActorState::Alive;
       a->gateway = w->gateway;
       a->pid = w->pid;
@@ -328,6 +329,7 @@ Status HeadState::actor_events(std::uint64_t worker, const std::vector<ActorEven
     }
     actors_.save(*a);
   }
+  advance_drains(std::chrono::steady_clock::now());   // a drained member may have been the last
   after_release();
   return {};
 }

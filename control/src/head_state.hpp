@@ -25,9 +25,14 @@ namespace troupe::control {
 
 // What a worker reports of one of its actors.
 struct ActorEvent {
+  enum class Kind : std::uint8_t {
+    Ready,     // its constructor returned
+    Failed,    // its constructor threw (reason)
+    Drained,   // the calls queued to it before a drain order have all finished
+  };
   std::uint64_t actor = 0;
   std::uint64_t incarnation = 0;
-  bool ready = false;               // false: its constructor failed
+  Kind kind = Kind::Failed;
   std::string reason;
 };
 
@@ -46,7 +51,8 @@ class HeadState {
   // Nodes not heard from for `timeout` die; true when one did.
   bool expire_nodes(std::chrono::milliseconds timeout);
   // Drains an alive node: it takes nothing new; its elastic members leave their groups' epochs at
-  // once and stop after a grace (min(deadline, 2 s)), so the calls they have finish; workers whose
+  // once and stop once the calls they have started and those queued to them have finished (their
+  // worker reports it: ActorEvent::Kind::Drained), or at the deadline; workers whose
   // actors all have restarts left are moved now (restarted elsewhere); the rest is waited for up to
   // `deadline`, then stopped and listed. Drained once nothing is left: its bundles are reserved
   // elsewhere and it can be stopped. NotFound, Conflict for a dead node; idempotent.

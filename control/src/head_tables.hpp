@@ -42,8 +42,7 @@ class NodeManager {
     NodeRecord rec;
     std::deque<NodeCommand> commands;
     SteadyTime last_seen;
-    SteadyTime drain_deadline{}, leave_at{};   // Draining: when it ends at the latest; when its
-                                               // leaving elastic members are stopped
+    SteadyTime drain_deadline{};   // Draining: when it ends at the latest
   };
 
   explicit NodeManager(Store& store) : store_(store), ids_(store, "next_node") {}

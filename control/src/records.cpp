@@ -164,6 +164,14 @@ WorkerCommand WorkerCommand::kill(std::uint64_t actor) {
   return c;
 }
 
+WorkerCommand WorkerCommand::drain(std::uint64_t actor, std::uint64_t incarnation) {
+  WorkerCommand c;
+  c.kind = Kind::Drain;
+  c.actor = actor;
+  c.incarnation = incarnation;
+  return c;
+}
+
 WorkerCommand WorkerCommand::exit() { return WorkerCommand{}; }
 
 json WorkerCommand::to_json() const {
@@ -172,6 +180,7 @@ json WorkerCommand::to_json() const {
       return json{{"kind", "spawn"}, {"actor_id", actor}, {"incarnation", incarnation}, {"type", type},
                   {"name", name}, {"ctor_signature", ctor_signature}, {"ctor_args", net::to_hex(ctor_args)}};
     case Kind::Kill: return json{{"kind", "kill"}, {"actor_id", actor}};
+    case Kind::Drain: return json{{"kind", "drain"}, {"actor_id", actor}, {"incarnation", incarnation}};
     case Kind::Exit: break;
   }
   return json{{"kind", "exit"}};

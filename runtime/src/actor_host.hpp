@@ -46,6 +46,10 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::detail::ChannelCall)
 
 namespace troupe::detail {
 
+// A call to this method name completes, with no value, once the host has run every call queued
+// to it before this one: a barrier (a draining worker reports its actor drained after it).
+inline constexpr const char* kBarrierMethod = "troupe.barrier";
+
 struct HostContext {
   std::uint64_t incarnation = 0;                   // in worker processes: the head's
   std::string token;                               // remote calls must carry it (SEC-1)

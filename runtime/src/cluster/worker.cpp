@@ -9,6 +9,7 @@
 #include <deque>
 #include <mutex>
 
+#include "actor_host.hpp"
 #include "cluster/client.hpp"
 #include "cluster/peers.hpp"
 #include "runtime_impl.hpp"
@@ -87,8 +88,23 @@ class Worker {
       if (auto cell = rt_->find(id)) rt_->kill(cell);
     } else if (kind == "spawn") {
       spawn(cmd);
+    } else if (kind == "drain") {
+      drain(cmd.at("actor_id").get<std::uint64_t>(), cmd.value("incarnation", std::uint64_t{0}));
     }
     return true;
+  }
+
+  // Reports the actor drained once the calls queued to it so far have run (a barrier call behind
+  // them in its mailbox); a call that fails (the actor died meanwhile) reports nothing.
+  void drain(std::uint64_t id, std::uint64_t incarnation) {
+    auto cell = rt_->find(id);
+    if (!cell) return;
+    auto barrier = std::make_shared<State<void>>();
+    StateBase* raw = barrier.get();   // alive while its callback runs
+    barrier->on_ready([this, raw, id, incarnation] {
+      if (!raw->has_error()) report(id, incarnation, "actor_drained", "");
+    });
+    cell->submit(kBarrierMethod, Payload{}, std::move(barrier), std::chrono::nanoseconds(0));
   }
 
   void spawn(const json& cmd) {

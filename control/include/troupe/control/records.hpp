@@ -188,13 +188,15 @@ struct NodeCommand {
 
 // A worker's orders.
 struct WorkerCommand {
-  enum class Kind : std::uint8_t { Spawn, Kill, Exit } kind = Kind::Exit;
-  std::uint64_t actor = 0;              // Spawn, Kill
-  std::uint64_t incarnation = 0;        // Spawn
+  // Drain: report the actor Drained once every call queued to it so far has finished.
+  enum class Kind : std::uint8_t { Spawn, Kill, Drain, Exit } kind = Kind::Exit;
+  std::uint64_t actor = 0;              // Spawn, Kill, Drain
+  std::uint64_t incarnation = 0;        // Spawn, Drain
   std::string type, name, ctor_signature;
   std::vector<char> ctor_args;
   static WorkerCommand spawn(const ActorRecord& a);
   static WorkerCommand kill(std::uint64_t actor);
+  static WorkerCommand drain(std::uint64_t actor, std::uint64_t incarnation);
   static WorkerCommand exit();
   nlohmann::json to_json() const;
 };
