@@ -9,9 +9,9 @@
 //   freeze_to_rerouted_s  SIGSTOP of the member's node's daemon instead (the node timeout, 2.5 s,
 //                         is most of it)
 //   drain_s               troupe node drain of a node with 2 members busy with calls (none lost)
-//   scale_decisions_per_s 1,000 elastic groups over 10,000 nodes with churn: members started or
-//                         stopped toward each group's target, by the deficit rule, applied to a
-//                         placement::Scheduler
+//   scale_decisions_per_s 1,000 elastic groups over 10,000 nodes of the placement simulator with
+//                         churn: members started, stopped and lost, per second, the simulator
+//                         applying the head's controller (elastic_delta, elastic_fill)
 // Targets (issue 17): join_to_serving <= worker_start + 0.2 s; death_to_rerouted <= 0.2 s;
 // freeze_to_rerouted <= node timeout + 0.2 s; >= 100,000 decisions/s.
 #include <signal.h>
@@ -28,7 +28,7 @@
 #include "../../tests/integration/cluster_harness.hpp"
 #include "../../tests/integration/test_actors.hpp"
 #include "troupe/elastic.hpp"
-#include "troupe/placement/elastic.hpp"
+#include "troupe/placement/simulator.hpp"
 #include "troupe/placement/scheduler.hpp"
 
 namespace {
@@ -56,63 +56,35 @@ void wait_size(G& g, std::size_t n, std::chrono::seconds limit) {
   }
 }
 
-// The elastic controller on the simulator's scale: decisions per second.
+// The elastic controller on the placement simulator (the head's code: elastic_delta and
+// elastic_fill, the deficit rule) at scale: membership changes decided and applied per second.
 double scale_decisions_per_s() {
   namespace pl = troupe::placement;
-  pl::Scheduler sched;
-  const int nodes = 10000, groups = 1000;
-  const auto cpu = pl::Resources::parse("CPU=8").value();
-  const auto one = pl::Resources::parse("CPU=1").value();
-  for (int n = 1; n <= nodes; ++n) (void)sched.add_node(pl::NodeId(n), cpu);
+  pl::SimulatorOptions o;
+  o.initial_nodes = 10000;
+  o.gpu_node_fraction = 0;
+  o.cpu_node = pl::Resources::parse("CPU=8").value();
+  pl::Simulator sim(o);
+  const int groups = 1000;
   std::mt19937_64 rng(7);
-  std::vector<pl::ElasticDemand> demand(groups);
-  std::vector<std::vector<pl::ActorId>> members(groups);
-  for (int g = 0; g < groups; ++g) demand[std::size_t(g)] = {std::uint64_t(g), std::int64_t(10 + rng() % 60), 0, 0};
-  pl::ActorId next_actor = 1;
-  int next_node = nodes + 1;
-  std::size_t decisions = 0;
+  std::vector<std::uint64_t> ids;
+  const auto one = pl::Resources::parse("CPU=1").value();
+  for (int g = 0; g < groups; ++g) ids.push_back(sim.add_elastic_group(std::int64_t(10 + rng() % 60), one));
+  sim.reconcile_elastic();   // the initial fill is not timed
+  const auto before = sim.stats();
   const auto t0 = Clock::now();
   while (since(t0) < 2.0) {
-    // Churn: a node leaves (its members with it), another joins, and a few targets change.
-    const auto victim = pl::NodeId(1 + rng() % std::uint64_t(next_node - 1));
-    if (auto loss = sched.mark_dead(victim); loss.ok()) {
-      for (auto a : loss->lost_actors) {
-        for (std::size_t g = 0; g < members.size(); ++g) {
-          auto& m = members[g];
-          if (auto it = std::find(m.begin(), m.end(), a); it != m.end()) {
-            m.erase(it);
-            demand[g].live -= 1;
-            break;
-          }
-        }
-      }
-    }
-    (void)sched.add_node(pl::NodeId(next_node++), cpu);
-    for (int k = 0; k < 5; ++k) demand[rng() % groups].target = std::int64_t(1 + rng() % 60);
-    // Decide, then apply, until every group is at its target or nothing more fits.
-    for (bool progress = true; progress;) {
-      progress = false;
-      for (auto& d : demand) {   // past the target: the newest member goes
-        while (pl::elastic_delta(d) < 0 && !members[d.group].empty()) {
-          (void)sched.release_actor(members[d.group].back());
-          members[d.group].pop_back();
-          d.live -= 1;
-          ++decisions;
-        }
-      }
-      for (auto g : pl::elastic_grow_order(demand)) {   // the group furthest below first
-        auto& d = demand[g];
-        if (pl::elastic_delta(d) <= 0) continue;
-        auto placed = sched.place_actor(pl::ActorRequest{next_actor, one, {}, false, {}, std::nullopt});
-        ++decisions;
-        if (!placed.ok()) continue;
-        members[g].push_back(next_actor++);
-        d.live += 1;
-        progress = true;
-      }
-    }
+    // Churn: a node dies (its members with it), another joins, and a few targets change.
+    sim.die(pl::NodeId(1 + rng() % sim.stats().joins));   // a node already dead: no change
+    sim.join();
+    for (int k = 0; k < 5; ++k) sim.set_elastic_target(ids[rng() % ids.size()], std::int64_t(1 + rng() % 60));
+    sim.reconcile_elastic();
   }
-  return double(decisions) / since(t0);
+  const double seconds = since(t0);
+  const auto& after = sim.stats();
+  const auto decisions = (after.elastic_started - before.elastic_started) + (after.elastic_stopped - before.elastic_stopped) +
+                         (after.elastic_lost - before.elastic_lost);
+  return double(decisions) / seconds;
 }
 
 }  // namespace

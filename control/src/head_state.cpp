@@ -515,26 +515,19 @@ void HeadState::place_pending() {
       actors_.save(a);
     }
   }
-  // Elastic members: one at a time to the group furthest below its target, while any can be placed.
-  for (;;) {
-    std::vector<placement::ElasticDemand> demands;
-    for (auto& [gid, g] : elastic_) demands.push_back(demand(g));
-    bool placed = false;
-    for (auto gid : placement::elastic_grow_order(demands)) {
-      for (auto mid : elastic_.at(gid).members) {
-        ActorRecord* a = actors_.find(mid);
-        if (a == nullptr || !waiting(*a)) continue;
-        place_and_start(*a);
-        actors_.save(*a);
-        if (a->worker != 0) {
-          placed = true;
-          break;
-        }
-      }
-      if (placed) break;
+  // Elastic members: one at a time to the group furthest below its target (the deficit rule).
+  std::vector<placement::ElasticDemand> demands;
+  for (auto& [gid, g] : elastic_) demands.push_back(demand(g));
+  placement::elastic_fill(demands, [&](const placement::ElasticDemand& d) {
+    for (auto mid : elastic_.at(d.group).members) {   // its oldest waiting member
+      ActorRecord* a = actors_.find(mid);
+      if (a == nullptr || !waiting(*a)) continue;
+      place_and_start(*a);
+      actors_.save(*a);
+      return a->worker != 0;   // no room for one: none of its members fits (they are alike)
     }
-    if (!placed) return;
-  }
+    return false;
+  });
 }
 
 placement::ElasticDemand HeadState::demand(const ElasticGroupRecord& g) {
@@ -575,10 +568,10 @@ bool HeadState::reconcile_elastic() {
     });
     const auto d = demand(g);
     auto delta = placement::elastic_delta(d);
-    for (; delta > 0; --delta) {
+    for (; delta > 0; --delta) {   // placed by place_pending, with the other groups' by deficit
       ActorRecord& a = actors_.add(g.member);
       g.members.push_back(a.id);
-      place_and_start(a);
+      a.reason = "waiting for room (elastic group " + g.name + ")";
       actors_.save(a);
       any = true;
     }

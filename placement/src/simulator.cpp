@@ -61,6 +61,65 @@ void Simulator::track_actor(ActorId id) {
   ++stats_.placed;
 }
 
+void Simulator::lost(const std::vector<ActorId>& ids) {
+  forget_actors(ids);
+  stats_.lost_actors += ids.size();
+  for (ActorId a : ids) {
+    auto it = elastic_of_.find(a);
+    if (it == elastic_of_.end()) continue;
+    auto& members = elastic_.at(it->second).members;
+    members.erase(std::find(members.begin(), members.end(), a));
+    elastic_of_.erase(it);
+    ++stats_.elastic_lost;
+  }
+}
+
+std::uint64_t Simulator::add_elastic_group(std::int64_t target, Resources shape) {
+  const std::uint64_t id = next_elastic_++;
+  elastic_.emplace(id, SimElasticGroup{id, std::max<std::int64_t>(0, target), std::move(shape), {}});
+  return id;
+}
+
+bool Simulator::set_elastic_target(std::uint64_t group, std::int64_t target) {
+  auto it = elastic_.find(group);
+  if (it == elastic_.end()) return false;
+  it->second.target = std::max<std::int64_t>(0, target);
+  return true;
+}
+
+const SimElasticGroup* Simulator::elastic_group(std::uint64_t id) const {
+  auto it = elastic_.find(id);
+  return it == elastic_.end() ? nullptr : &it->second;
+}
+
+std::size_t Simulator::reconcile_elastic() {
+  std::size_t changes = 0;
+  std::vector<ElasticDemand> demands;
+  demands.reserve(elastic_.size());
+  for (auto& [id, g] : elastic_) {
+    ElasticDemand d{id, g.target, std::int64_t(g.members.size()), 0};
+    for (auto delta = elastic_delta(d); delta < 0 && !g.members.empty(); ++delta) {   // the newest go
+      (void)scheduler_.release_actor(g.members.back());
+      elastic_of_.erase(g.members.back());
+      g.members.pop_back();
+      ++stats_.elastic_stopped;
+      ++changes;
+    }
+    d.live = std::int64_t(g.members.size());
+    demands.push_back(d);
+  }
+  changes += elastic_fill(demands, [this](const ElasticDemand& d) {
+    SimElasticGroup& g = elastic_.at(d.group);
+    const ActorId id = next_actor_++;
+    if (!scheduler_.place_actor(ActorRequest{id, g.shape, std::nullopt, false, {}, std::nullopt}).ok()) return false;
+    g.members.push_back(id);
+    elastic_of_[id] = g.id;
+    ++stats_.elastic_started;
+    return true;
+  });
+  return changes;
+}
+
 void Simulator::leave(NodeId node) {
   if (!scheduler_.drain_node(node).ok()) return;
   forget_node(node);
@@ -72,8 +131,7 @@ void Simulator::die(NodeId node) {
   auto loss = scheduler_.mark_dead(node);
   if (!loss.ok()) return;
   forget_node(node);
-  forget_actors(loss->lost_actors);
-  stats_.lost_actors += loss->lost_actors.size();
+  lost(loss->lost_actors);
   ++stats_.deaths;
 }
 
@@ -156,9 +214,10 @@ void Simulator::step(const ChurnMix& mix) {
   ++stats_.steps;
   while (!leaving_.empty() && leaving_.front().first <= stats_.steps) {
     auto loss = scheduler_.mark_dead(leaving_.front().second);
-    if (loss.ok()) forget_actors(loss->lost_actors), stats_.lost_actors += loss->lost_actors.size();
+    if (loss.ok()) lost(loss->lost_actors);
     leaving_.pop_front();
   }
+  if (!elastic_.empty()) reconcile_elastic();
 }
 
 }  // namespace troupe::placement

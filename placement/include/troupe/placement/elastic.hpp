@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace troupe::placement {
@@ -22,5 +23,13 @@ std::int64_t elastic_delta(const ElasticDemand& d);
 // live members) first; ties by the larger target, then by group id. Groups at or above their
 // target are left out.
 std::vector<std::uint64_t> elastic_grow_order(std::vector<ElasticDemand> demands);
+
+// Hands room out by the deficit rule, one member at a time: the group furthest below its target
+// (elastic_grow_order's order, recomputed after every member) gets the next one, while
+// `place_one(group's demand)` places one (true) for it; a group that cannot place one drops out of
+// this fill (room only shrinks during it). `demands` follows: a placed member counts as live (a
+// waiting one, starting > 0, moves from starting). Returns how many were placed. O(placed · log
+// groups). The head calls it with a waiting member's placement, the simulator with a new one's.
+std::size_t elastic_fill(std::vector<ElasticDemand>& demands, const std::function<bool(const ElasticDemand&)>& place_one);
 
 }  // namespace troupe::placement

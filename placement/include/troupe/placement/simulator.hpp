@@ -1,5 +1,6 @@
 // The simulator: the real Scheduler over N fake nodes, driven by random churn (nodes join,
-// leave gracefully, die; actors and groups come and go). Deterministic for a given seed.
+// leave gracefully, die; actors and groups come and go), with elastic groups kept at their
+// targets by the head's controller (elastic.hpp). Deterministic for a given seed.
 // Used for scale tests (invariants under churn) and for the placement benchmark.
 //
 // Thread safety: none (it owns a Scheduler, which has none).
@@ -7,10 +8,12 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <random>
 #include <unordered_map>
 #include <vector>
 
+#include "troupe/placement/elastic.hpp"
 #include "troupe/placement/scheduler.hpp"
 
 namespace troupe::placement {
@@ -47,8 +50,17 @@ struct ChurnMix {
   double create_group = 4, remove_group = 3, place_in_group = 8;
 };
 
+// An elastic group of the simulation: `target` members of one shape (a job's rollout group).
+struct SimElasticGroup {
+  std::uint64_t id = 0;
+  std::int64_t target = 0;
+  Resources shape;
+  std::vector<ActorId> members;   // oldest first
+};
+
 struct SimStats {
   std::uint64_t steps = 0, joins = 0, leaves = 0, deaths = 0;
+  std::uint64_t elastic_started = 0, elastic_stopped = 0, elastic_lost = 0;
   std::uint64_t placed = 0, place_failed = 0, released = 0, lost_actors = 0;
   std::uint64_t groups_created = 0, groups_pending = 0, groups_removed = 0, groups_rejected = 0;
 };
@@ -73,7 +85,16 @@ class Simulator {
   bool remove_random_group();
   bool place_random_actor_in_group();
 
-  // One random event drawn from `mix`, then any due departures.
+  // Elastic groups, kept at their targets as the head keeps a job's: past its target a group's
+  // newest members stop; room goes to the groups below theirs by the deficit rule (elastic_fill).
+  // reconcile_elastic() applies both now and returns the members started and stopped; step()
+  // calls it after every event. Members lost with a node leave their group (and are replaced).
+  std::uint64_t add_elastic_group(std::int64_t target, Resources shape);
+  bool set_elastic_target(std::uint64_t group, std::int64_t target);   // false: no such group
+  std::size_t reconcile_elastic();
+  const SimElasticGroup* elastic_group(std::uint64_t id) const;
+
+  // One random event drawn from `mix`, then any due departures, then reconcile_elastic().
   void step(const ChurnMix& mix = {});
 
   std::size_t alive_nodes() const { return alive_.size(); }
@@ -82,6 +103,7 @@ class Simulator {
  private:
   NodeId pick_alive();
   void forget_actors(const std::vector<ActorId>& ids);
+  void lost(const std::vector<ActorId>& ids);   // with their node: out of actors_ and elastic groups
   void forget_node(NodeId node);
   void track_actor(ActorId id);
 
@@ -98,6 +120,9 @@ class Simulator {
   std::vector<PlacementGroupId> groups_;
   std::deque<std::pair<std::uint64_t, NodeId>> leaving_;  // (due step, node)
   std::discrete_distribution<std::size_t> shape_pick_;
+  std::map<std::uint64_t, SimElasticGroup> elastic_;
+  std::unordered_map<ActorId, std::uint64_t> elastic_of_;   // member -> its group
+  std::uint64_t next_elastic_ = 1;
 };
 
 }  // namespace troupe::placement
