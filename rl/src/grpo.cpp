@@ -47,7 +47,8 @@ actors::TrainBatch grpo_batch(const actors::RolloutBatch& rollout, const TensorV
   b.tokens = rollout.tokens;
   b.attn_mask = rollout.attn_mask;
   b.loss_mask = rollout.response_mask;
-  b.inputs = {{"old_logp", rollout.logprobs}, {"ref_logp", ref_logp}, {"advantages", vector_view(advantages)}};
+  b.inputs = {{"ref_logp", ref_logp}, {"advantages", vector_view(advantages)}};
+  if (config.updates_per_batch > 1) b.inputs["old_logp"] = rollout.logprobs;   // the ratio to the sampling policy
   b.options = {{"clip_eps", config.clip_eps}, {"kl_coef", config.kl_coef}};
   b.temperature = config.temperature;
   b.micro_batches = config.micro_batches;

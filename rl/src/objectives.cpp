@@ -62,7 +62,9 @@ actors::ObjectiveOutput grpo_objective(const actors::ObjectiveInput& in) {
     if (it == in.inputs.end()) throw std::invalid_argument(std::string("grpo objective: missing input '") + k + "'");
     return it->second;
   };
-  PolicyLoss pg = clipped_policy_loss(in.logp, need("old_logp"), need("advantages"), in.loss_mask, clip_eps);
+  const auto old = in.inputs.find("old_logp");
+  PolicyLoss pg = clipped_policy_loss(in.logp, old != in.inputs.end() ? old->second : in.logp.detach(), need("advantages"),
+                                      in.loss_mask, clip_eps);
   auto kl = actors::seq_mean_token_mean(kl_k3(in.logp, need("ref_logp"), in.loss_mask), in.loss_mask);
   actors::ObjectiveOutput out;
   out.loss = kl_coef != 0 ? pg.loss + kl_coef * kl : pg.loss;

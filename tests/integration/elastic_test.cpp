@@ -205,7 +205,7 @@ TEST_CASE("drain of a node: its elastic members finish their calls and leave, it
   CHECK(n3.value("state", "") == "dead");
 }
 
-TEST_CASE("retryable group calls on an elastic group are re-sent to a live member when theirs dies with its node") {
+TEST_CASE("retryable group calls on an elastic group are re-sent to a live member when theirs dies with its node or freezes") {
   itest::Cluster c("CPU=1");
   const pid_t second = c.add_node("CPU=1");
   auto rt = itest::connect(c, std::chrono::seconds(20));
@@ -226,4 +226,30 @@ TEST_CASE("retryable group calls on an elastic group are re-sent to a live membe
   for (const auto& slot : all) {
     if (!slot.ok()) CHECK(slot.error().code == troupe::ErrorCode::ActorDied);
   }
+
+  // A frozen node (SIGSTOP of its daemon and its worker): after the node timeout its member is
+  // dead, its retryable shard runs on the other, and the group leaves it in a later epoch.
+  auto wait_size = [&](std::size_t n) {
+    const auto by = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (group.size() != n && std::chrono::steady_clock::now() < by) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return group.size() == n;
+  };
+  REQUIRE(wait_size(1));
+  const pid_t third = c.add_node("CPU=1");
+  REQUIRE(wait_size(2));
+  const auto before = group.epoch();
+  std::vector<pid_t> frozen{third};
+  const json now = c.status();   // not c.status()["..."] in the loop: that temporary dies first
+  for (const auto& a : now["actors"]) {
+    if (a.value("node", 0) == 3 && a.value("state", "") == "alive") frozen.push_back(pid_t(a.value("pid", 0)));
+  }
+  REQUIRE(frozen.size() == 2);
+  auto frozen_shards = group.retryable().scatter(&Store::sleep_ms, std::vector<int>{300, 300});
+  for (pid_t p : frozen) ::kill(p, SIGSTOP);
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(frozen_shards.result().ok());
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(15));   // the node timeout, not forever
+  CHECK(wait_size(1));
+  CHECK(group.epoch() > before);
+  for (pid_t p : frozen) ::kill(p, SIGCONT);   // it finds itself dead, and stops
 }

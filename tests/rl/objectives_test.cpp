@@ -130,6 +130,30 @@ TEST_CASE("at ratio 1 the GRPO gradient is the advantage-weighted log-likelihood
   CHECK(pl.loss.item<float>() == doctest::Approx(-(2.0 - 1.0) / 2));
 }
 
+TEST_CASE("the GRPO objective without old_logp is on-policy: the same as old_logp = logp, detached") {
+  at::manual_seed(4);
+  auto base = at::randn({4, 5}) * 0.3 - 1.0;
+  auto ref = base + at::randn({4, 5}) * 0.2;
+  auto adv = at::randn({4});
+  auto mask = at::rand({4, 5}) > 0.2;
+  mask.select(1, 0).fill_(true);
+  auto run = [&](bool with_old) {
+    troupe::actors::ObjectiveInput in;
+    in.logp = base.clone().requires_grad_(true);
+    in.loss_mask = mask;
+    in.inputs = {{"ref_logp", ref}, {"advantages", adv}};
+    if (with_old) in.inputs["old_logp"] = base.clone();
+    in.options = {{"clip_eps", 0.2}, {"kl_coef", 0.1}};
+    auto out = grpo_objective(in);
+    out.loss.backward();
+    return std::make_pair(out.loss.item<double>(), in.logp.grad());
+  };
+  auto [loss_on, grad_on] = run(false);
+  auto [loss_old, grad_old] = run(true);
+  CHECK(loss_on == loss_old);
+  CHECK(at::equal(grad_on, grad_old));
+}
+
 TEST_CASE("DPO and IPO losses and their gradients match hand-computed values") {
   // One pair. Chosen: logp -1, -2 (both valid) -> s = -3, ref -4; rejected: -2, (-2 masked) -> s = -2,
   // ref -1. h = (-3 + 4) - (-2 + 1) = 2.

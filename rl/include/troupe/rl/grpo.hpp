@@ -100,7 +100,9 @@ struct GrpoConfig {
 std::uint64_t step_seed(std::uint64_t run_seed, std::int64_t step);
 
 // The Trainer's batch for one GRPO update: tokens and masks of the rollout, the loss on the response,
-// inputs old_logp (the sampler's), ref_logp and advantages (one per row).
+// inputs ref_logp and advantages (one per row), and old_logp (the sampler's) when there are several
+// updates per batch (mu > 1); with one, the update is on-policy and its math does not depend on
+// which engines sampled (grpo_objective).
 actors::TrainBatch grpo_batch(const actors::RolloutBatch& rollout, const TensorView& ref_logp,
                               const std::vector<float>& advantages, const GrpoConfig& config);
 
