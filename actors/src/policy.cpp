@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -24,6 +25,11 @@ void check_config(const PolicyConfig& c) {
   if (c.vocab_size < 2 || c.context < 2 || c.layers < 1 || c.d_model < 1 || c.heads < 1 || c.d_ff < 0)
     throw std::invalid_argument("PolicyConfig: sizes must be positive");
   if (c.d_model % c.heads != 0) throw std::invalid_argument("PolicyConfig: heads must divide d_model");
+  for (std::size_t i = 0; i < c.scalar_heads.size(); ++i) {
+    const std::string& h = c.scalar_heads[i];
+    if (h.empty() || h == "lm" || std::count(c.scalar_heads.begin(), c.scalar_heads.end(), h) > 1)
+      throw std::invalid_argument("PolicyConfig: scalar head names must be distinct, non-empty and not 'lm'");
+  }
 }
 
 }  // namespace
@@ -55,7 +61,13 @@ Policy::Policy(const PolicyConfig& config) : config_(config) {
   params_.emplace_back("lnf.weight", at::ones({d}));
   params_.emplace_back("lnf.bias", at::zeros({d}));
   params_.emplace_back("head.weight", normal({v, d}, 0.02));
+  for (const auto& h : config_.scalar_heads) {   // std 1/sqrt(d + 1), as OpenRLHF's value heads
+    params_.emplace_back(h + "_head.weight", normal({1, d}, 1.0 / std::sqrt(double(d) + 1.0)));
+    params_.emplace_back(h + "_head.bias", at::zeros({1}));
+  }
 }
+
+std::size_t Policy::lm_head() const { return kFirstBlock + std::size_t(config_.layers) * kFields + 2; }
 
 std::int64_t Policy::parameter_count() const {
   std::int64_t n = 0;
@@ -90,8 +102,8 @@ at::Tensor Policy::block(const at::Tensor& x, std::size_t layer, const at::Tenso
   return h1 + mlp;
 }
 
-at::Tensor Policy::forward(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& key_mask,
-                           KvCache* cache, std::int64_t offset) const {
+at::Tensor Policy::hidden(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& key_mask,
+                          KvCache* cache, std::int64_t offset) const {
   const std::int64_t tq = tokens.size(1), tk = offset + tq;
   if (cache == nullptr && offset != 0) throw std::invalid_argument("Policy::forward: offset without a cache");
   if (tk > config_.context || (cache != nullptr && tk > cache->max_len()))
@@ -104,8 +116,24 @@ at::Tensor Policy::forward(const at::Tensor& tokens, const at::Tensor& positions
   auto x = at::embedding(param(kTokEmb), tokens) + at::embedding(param(kPosEmb), positions);
   for (std::size_t l = 0; l < std::size_t(config_.layers); ++l) x = block(x, l, mask, cache, offset);
   const std::size_t tail = kFirstBlock + std::size_t(config_.layers) * kFields;
-  x = at::layer_norm(x, {config_.d_model}, param(tail), param(tail + 1));
-  return at::linear(x, param(tail + 2));
+  return at::layer_norm(x, {config_.d_model}, param(tail), param(tail + 1));
+}
+
+at::Tensor Policy::forward(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& key_mask,
+                           KvCache* cache, std::int64_t offset) const {
+  return at::linear(hidden(tokens, positions, key_mask, cache, offset), param(lm_head()));
+}
+
+Policy::Outputs Policy::forward_outputs(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& key_mask,
+                                        bool logits) const {
+  Outputs out;
+  auto h = hidden(tokens, positions, key_mask, nullptr, 0);
+  if (logits) out.logits = at::linear(h, param(lm_head()));
+  for (std::size_t i = 0; i < config_.scalar_heads.size(); ++i) {
+    const std::size_t w = lm_head() + 1 + 2 * i;
+    out.heads[config_.scalar_heads[i]] = at::linear(h, param(w), param(w + 1)).squeeze(-1);
+  }
+  return out;
 }
 
 namespace {
@@ -142,6 +170,24 @@ void Policy::adopt(const NamedTensors& tensors) {
   params_ = std::move(next);
 }
 
+std::vector<std::string> Policy::load_trunk(const NamedTensors& tensors) {
+  at::NoGradGuard no_grad;
+  std::vector<std::string> kept;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    auto& [name, p] = params_[i];
+    const bool head = i > lm_head();
+    const bool present = std::any_of(tensors.begin(), tensors.end(), [&](const auto& t) { return t.first == name; });
+    if (head && !present) {
+      const auto end = name.rfind("_head.");
+      const std::string h = name.substr(0, end);
+      if (kept.empty() || kept.back() != h) kept.push_back(h);
+      continue;
+    }
+    p.copy_(checked_tensor(tensors, name, p));
+  }
+  return kept;
+}
+
 NamedTensors Policy::views() const {
   NamedTensors out;
   out.reserve(params_.size());
@@ -172,8 +218,16 @@ void kernel_logprobs(const at::Tensor& logits, const at::Tensor& targets, float 
 
 at::Tensor token_logprobs(const Policy& policy, const at::Tensor& tokens, const at::Tensor& attn_mask,
                           float temperature, at::Tensor* entropy) {
+  return token_logprobs_of(policy.forward(tokens, positions_from_mask(attn_mask), attn_mask), tokens, temperature, entropy);
+}
+
+at::Tensor last_token_index(const at::Tensor& attn_mask) {
+  const auto cols = at::arange(attn_mask.size(1), at::kLong).view({1, -1});
+  return cols.mul(attn_mask.to(at::kLong)).amax(1);
+}
+
+at::Tensor token_logprobs_of(const at::Tensor& logits, const at::Tensor& tokens, float temperature, at::Tensor* entropy) {
   const std::int64_t n = tokens.size(0), t = tokens.size(1);
-  auto logits = policy.forward(tokens, positions_from_mask(attn_mask), attn_mask);   // [N, T, V]
   // Row (n, t) predicts tokens[n, t + 1]; the last column predicts nothing (target 0, dropped).
   auto targets = at::cat({tokens.narrow(1, 1, t - 1), at::zeros({n, 1}, at::kLong)}, 1).contiguous();
   at::Tensor lp, ent;

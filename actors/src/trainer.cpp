@@ -41,6 +41,7 @@ ObjectiveInput slice_input(const TrainBatch& b, const std::map<std::string, at::
                            std::int64_t n) {
   ObjectiveInput in;
   in.loss_mask = from_view(b.loss_mask).narrow(0, begin, n);
+  in.attn_mask = from_view(b.attn_mask).narrow(0, begin, n);
   for (auto& [k, t] : inputs) in.inputs[k] = t.narrow(0, begin, n);
   in.options = b.options;
   return in;
@@ -76,8 +77,14 @@ TrainMetrics Trainer::train_step(TrainBatch batch) {
     const double weight = double(rows) / double(n);
     ObjectiveInput in = slice_input(batch, inputs, begin, rows);
     at::Tensor entropy;
-    in.logp = token_logprobs(impl_->policy, tokens.narrow(0, begin, rows), attn.narrow(0, begin, rows),
-                             batch.temperature, &entropy);
+    const auto part = tokens.narrow(0, begin, rows), part_attn = attn.narrow(0, begin, rows);
+    if (impl_->policy.config().scalar_heads.empty()) {
+      in.logp = token_logprobs(impl_->policy, part, part_attn, batch.temperature, &entropy);
+    } else {   // one pass for the logits and the heads
+      auto outputs = impl_->policy.forward_outputs(part, positions_from_mask(part_attn), part_attn);
+      in.logp = token_logprobs_of(outputs.logits, part, batch.temperature, &entropy);
+      in.heads = std::move(outputs.heads);
+    }
     ObjectiveOutput out = objective(in);
     out.loss.mul(weight).backward();
     acc.loss += weight * out.loss.item<double>();
@@ -145,5 +152,11 @@ std::int64_t Trainer::load_checkpoint(std::string dir) {
 }
 
 void Trainer::save_weights(std::string path) { write_safetensors(path, impl_->policy.views()); }
+
+std::vector<std::string> Trainer::load_trunk(std::string path) {
+  auto kept = impl_->policy.load_trunk(read_safetensors(path).tensors);
+  impl_->optimizer = AdamW(impl_->policy.parameters(), impl_->config.optim);
+  return kept;
+}
 
 }  // namespace troupe::actors

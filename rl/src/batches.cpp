@@ -135,4 +135,39 @@ actors::TrainBatch dpo_batch(const actors::RolloutBatch& rollout, const TensorVi
   return b;
 }
 
+std::vector<PreferencePair> reward_model_pairs(const std::vector<Problem>& problems, std::int32_t group_size,
+                                               const actors::RolloutBatch& samples,
+                                               const std::vector<actors::RewardResult>& rewards,
+                                               const actors::Tokenizer& tokenizer) {
+  if (group_size < 1 || rewards.size() != problems.size() * std::size_t(group_size) || samples.responses.size() != rewards.size())
+    throw std::invalid_argument("reward_model_pairs: " + std::to_string(rewards.size()) + " scored samples for " +
+                                std::to_string(problems.size()) + " problems of " + std::to_string(group_size));
+  std::vector<PreferencePair> out;
+  for (std::size_t g = 0; g < problems.size(); ++g) {
+    for (std::size_t s = 0; s < std::size_t(group_size); ++s) {
+      const std::size_t r = g * std::size_t(group_size) + s;
+      if (rewards[r].correct || !rewards[r].format_ok) continue;
+      out.push_back(PreferencePair{problems[g], problems[g].answer, tokenizer.decode(samples.responses[r])});
+      break;
+    }
+  }
+  return out;
+}
+
+actors::TrainBatch reward_model_batch(const std::vector<PreferencePair>& pairs, const actors::Tokenizer& tokenizer,
+                                      double margin, std::int32_t micro_batches) {
+  std::vector<Problem> rows;
+  rows.reserve(2 * pairs.size());
+  for (const auto& p : pairs) {
+    rows.push_back(Problem{p.problem.prompt, p.chosen});
+    rows.push_back(Problem{p.problem.prompt, p.rejected});
+  }
+  actors::TrainBatch b = sft_batch(rows, tokenizer);
+  b.objective = "bradley_terry";
+  b.options = {{"margin", margin}};
+  b.row_group = 2;
+  b.micro_batches = micro_batches;
+  return b;
+}
+
 }  // namespace troupe::rl

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "troupe/actors/policy.hpp"
 #include "troupe/kernels/kl.hpp"
 #include "troupe/kernels/policy_loss.hpp"
 
@@ -144,8 +145,21 @@ at::Tensor bradley_terry_loss(const at::Tensor& scores, double margin) {
   return -at::log_sigmoid(chosen - rejected - margin).mean();
 }
 
+actors::ObjectiveOutput bradley_terry_objective(const actors::ObjectiveInput& in) {
+  auto head = in.heads.find("score");
+  if (head == in.heads.end()) throw std::invalid_argument("bradley_terry objective: the model has no 'score' head");
+  const auto scores = head->second.gather(1, actors::last_token_index(in.attn_mask).view({-1, 1})).view({-1});
+  actors::ObjectiveOutput out;
+  out.loss = bradley_terry_loss(scores, actors::option_or(in.options, "margin", 0.0));
+  auto [chosen, rejected] = pairs_of(scores.detach(), "bradley_terry objective");
+  out.metrics["pair_accuracy"] = chosen.gt(rejected).to(at::kDouble).mean().item<double>();
+  out.metrics["score_margin"] = (chosen - rejected).to(at::kDouble).mean().item<double>();
+  return out;
+}
+
 namespace {
-const bool kRegistered = (register_grpo_objective(), actors::register_objective("dpo", &dpo_objective), true);
+const bool kRegistered = (register_grpo_objective(), actors::register_objective("dpo", &dpo_objective),
+                          actors::register_objective("bradley_terry", &bradley_terry_objective), true);
 }  // namespace
 
 }  // namespace troupe::rl

@@ -161,6 +161,34 @@ TEST_CASE("a sample's tokens do not depend on how its batch is split into reques
   CHECK_THROWS_AS(generate(policy, {{1, 2, 3}}, 1, SamplingParams{}, true, BatchPart{{-1}, 0}), std::invalid_argument);
 }
 
+TEST_CASE("scalar heads: one value per position from the same pass, and a model with one starts from a policy's trunk") {
+  PolicyConfig with = config();
+  with.scalar_heads = {"score", "value"};
+  Policy plain(config()), headed(with);
+  CHECK(headed.parameters().size() == plain.parameters().size() + 4);
+  const auto tokens = at::tensor({1, 2, 3, 4, 5, 6}, at::kLong).view({2, 3});
+  const auto attn = at::ones({2, 3}, at::kBool);
+  const auto kept = headed.load_trunk(plain.views());
+  CHECK(kept == std::vector<std::string>{"score", "value"});   // left as initialised
+  at::NoGradGuard no_grad;
+  auto out = headed.forward_outputs(tokens, positions_from_mask(attn), attn);
+  REQUIRE(out.heads.count("score") == 1);
+  CHECK(out.heads.at("score").sizes() == at::IntArrayRef({2, 3}));
+  CHECK(at::equal(out.logits, plain.forward(tokens, positions_from_mask(attn), attn)));   // the trunk came over
+  CHECK_FALSE(at::equal(out.heads.at("score"), out.heads.at("value")));
+  CHECK_FALSE(headed.forward_outputs(tokens, positions_from_mask(attn), attn, false).logits.defined());
+  // A policy cannot load a file without its heads, nor a trunk missing a parameter.
+  CHECK_THROWS_AS(headed.load(plain.views()), std::invalid_argument);
+  auto partial = plain.views();
+  partial.pop_back();
+  CHECK_THROWS_AS(headed.load_trunk(partial), std::invalid_argument);
+  // Each row's last real token, in the left-padded, right-padded layout.
+  auto mask = at::tensor({0, 1, 1, 0, 1, 1, 1, 1, 0}, at::kLong).view({3, 3}).to(at::kBool);
+  CHECK(at::equal(last_token_index(mask), at::tensor({2, 2, 1}, at::kLong)));
+  with.scalar_heads = {"lm"};
+  CHECK_THROWS_AS(Policy{with}, std::invalid_argument);
+}
+
 TEST_CASE("a bad context, prompt or token id is refused") {
   Policy policy(config());
   CHECK_THROWS_AS(generate(policy, {{1, 2, 3}}, 1, SamplingParams{0, 1, 22, -1, 0}), std::invalid_argument);

@@ -98,7 +98,7 @@ TEST_CASE("every rollout row carries the policy version it was sampled with (RL-
   auto rt = troupe::Runtime::create().value();
   auto trainer = rt.spawn<Trainer>(troupe::Options{}, TrainerConfig{tiny_policy(), OptimConfig{}, 1});
   auto rollout = rt.spawn<RolloutEngine>(troupe::Options{}, RolloutConfig{tiny_policy(), 1, true});
-  GenerateRequest req{{{1, 2}, {3}}, 3, SamplingParams{1.0f, 1.0f, 4, 7, 11}};
+  GenerateRequest req{{{1, 2}, {3}}, 3, SamplingParams{1.0f, 1.0f, 4, 7, 11}, {}, 0};
   auto before = rollout.call(&RolloutEngine::generate, req).get();
   CHECK(before.policy_version == std::vector<std::int64_t>(6, 0));
   trainer.call(&Trainer::train_step, copy_batch(4)).get();
@@ -123,7 +123,7 @@ TEST_CASE("weights go trainer -> weight store -> rollout engine, version tagged,
   CHECK(trainer.call(&Trainer::publish_to, store).get() == 1);
   CHECK(store.call(&troupe::WeightStore::latest_version).get() == 1 + std::uint64_t(kStoreVersionOffset));
   CHECK(rollout.call(&RolloutEngine::pull_weights, store).get() == 1);
-  GenerateRequest req{{{1, 2}, {3}}, 2, SamplingParams{1.0f, 1.0f, 4, 7, 11}};
+  GenerateRequest req{{{1, 2}, {3}}, 2, SamplingParams{1.0f, 1.0f, 4, 7, 11}, {}, 0};
   CHECK(rollout.call(&RolloutEngine::generate, req).get().policy_version == std::vector<std::int64_t>(4, 1));
   // The engine serves exactly the trainer's parameters: same samples as an engine given them directly.
   auto direct = rt.spawn<RolloutEngine>(troupe::Options{}, RolloutConfig{tiny_policy(), 1, true});
@@ -138,7 +138,7 @@ TEST_CASE("the reference scores a batch with the logprobs its sampler reported")
   auto rt = troupe::Runtime::create().value();
   auto rollout = rt.spawn<RolloutEngine>(troupe::Options{}, RolloutConfig{tiny_policy(), 1, true});
   auto reference = rt.spawn<Reference>(troupe::Options{}, ReferenceConfig{tiny_policy(), "", 1});
-  GenerateRequest req{{{1, 2, 3}, {4, 5}}, 4, SamplingParams{1.0f, 1.0f, 5, -1, 5}};
+  GenerateRequest req{{{1, 2, 3}, {4, 5}}, 4, SamplingParams{1.0f, 1.0f, 5, -1, 5}, {}, 0};
   auto batch = rollout.call(&RolloutEngine::generate, req).get();
   auto ref = reference.call(&Reference::logprobs, LogprobRequest{batch.tokens, batch.attn_mask, 1.0f}).get();
   REQUIRE(ref.shape == batch.logprobs.shape);

@@ -177,3 +177,23 @@ TEST_CASE("a GRPO job whose first attempt fails after a checkpoint resumes from 
   for (std::string line; std::getline(in, line);) steps.push_back(nlohmann::json::parse(line).value("step", -1));
   CHECK(steps == std::vector<int>{1, 2, 3, 4});   // the resumed attempt added steps 3 and 4, none twice
 }
+
+TEST_CASE("build/bin/reward_model: a short seeded run ranks held-out pairs above chance and saves a model that loads") {
+  test_support::TempDir dir("troupe-reward-model");
+  auto r = itest::run({TROUPE_REWARD_MODEL, "--sft-steps", "100", "--sample-prompts", "2048", "--steps", "300",
+                       "--eval-every", "300", "--heldout-size", "300", "--run-dir", dir.path + "/rm"},
+                      std::chrono::seconds(150));
+  REQUIRE_MESSAGE(r.status == 0, r.output);
+  std::string last = r.output;
+  while (!last.empty() && last.back() == '\n') last.pop_back();
+  const auto summary = nlohmann::json::parse(last.substr(last.rfind('\n') + 1));
+  INFO(summary.dump());
+  CHECK(summary["heldout_pairs"].get<int>() > 100);
+  CHECK(summary["heldout_pair_acc"].get<double>() >= 0.6);   // chance is 0.5
+  CHECK(summary["steps"] == 300);
+  const std::string model = summary["model"];
+  REQUIRE(std::filesystem::exists(model));
+  // Bad input: an unknown flag is refused with status != 0, naming it.
+  auto bad = itest::run({TROUPE_REWARD_MODEL, "--no-such-flag"});
+  CHECK(bad.status != 0);
+}

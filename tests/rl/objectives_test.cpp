@@ -181,11 +181,11 @@ TEST_CASE("DPO and IPO losses and their gradients match hand-computed values") {
   CHECK(logp.grad()[1][0].item<float>() == doctest::Approx(-2.0));
   CHECK(logp.grad()[1][1].item<float>() == 0.0f);
   // By name, through the Trainer's interface; an odd row count or a missing input is refused.
-  troupe::actors::ObjectiveInput in{logp, mask, {{"ref_seq_logp", ref}}, {{"beta", 0.5}}};
+  troupe::actors::ObjectiveInput in{logp, mask, {{"ref_seq_logp", ref}}, {{"beta", 0.5}}, {}, {}};
   auto out = troupe::actors::find_objective("dpo")(in);
   CHECK(out.loss.item<float>() == doctest::Approx(0.313262).epsilon(1e-5));
   CHECK(out.metrics.at("reward_accuracy") == doctest::Approx(1.0));
-  CHECK_THROWS_AS(troupe::actors::find_objective("dpo")(troupe::actors::ObjectiveInput{logp, mask, {}, {}}),
+  CHECK_THROWS_AS(troupe::actors::find_objective("dpo")(troupe::actors::ObjectiveInput{logp, mask, {}, {}, {}, {}}),
                   std::invalid_argument);
   CHECK_THROWS_AS(preference_loss(t2({-1, -2, -3}, 3), mask2({1, 1, 1}, 3), at::tensor({0.f, 0.f, 0.f}), 0.5, false),
                   std::invalid_argument);

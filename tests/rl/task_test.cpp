@@ -185,3 +185,55 @@ TEST_CASE("the Trainer takes a DPO batch: one step with the dpo objective report
   CHECK(m.values.count("reward_accuracy") == 1);
   CHECK(m.values.count("reward_margin") == 1);
 }
+
+TEST_CASE("reward-model pairs: the correct answer against the first wrong, well-formed sample; a batch of them trains a score head") {
+  using troupe::actors::RewardResult;
+  const troupe::actors::CharTokenizer tok("0123456789+=");
+  const std::vector<Problem> problems{{"1+2=", "3"}, {"2+2=", "4"}, {"5+4=", "9"}};
+  troupe::actors::RolloutBatch samples;
+  samples.responses = {tok.encode("3"), tok.encode("5"), tok.encode("4"), tok.encode("4"), tok.encode("+"), tok.encode("8")};
+  const RewardResult right{1.0f, true, true}, wrong{0.0f, true, false}, malformed{0.0f, false, false};
+  // Prompt 0: right, wrong("5") -> a pair. Prompt 1: right, right -> none. Prompt 2: malformed, wrong("8").
+  const auto pairs = reward_model_pairs(problems, 2, samples, {right, wrong, right, right, malformed, wrong}, tok);
+  REQUIRE(pairs.size() == 2);
+  CHECK(pairs[0].chosen == "3");
+  CHECK(pairs[0].rejected == "5");
+  CHECK(pairs[1].problem.prompt == "5+4=");
+  CHECK(pairs[1].rejected == "8");
+  CHECK_THROWS_AS(reward_model_pairs(problems, 3, samples, {right, wrong}, tok), std::invalid_argument);
+
+  const auto b = reward_model_batch(pairs, tok, 0.5);
+  CHECK(b.objective == "bradley_terry");
+  CHECK(b.row_group == 2);
+  CHECK(b.options.at("margin") == 0.5);
+  REQUIRE(b.tokens.shape[0] == 4);   // chosen, rejected, chosen, rejected
+
+  // The Trainer trains a model with a score head on them; a RewardModel loading its weights ranks
+  // every pair the right way round.
+  troupe::actors::PolicyConfig model;
+  model.vocab_size = tok.vocab_size();
+  model.context = 8;
+  model.layers = 1;
+  model.d_model = 16;
+  model.heads = 2;
+  model.scalar_heads = {"score"};
+  troupe::actors::OptimConfig optim;
+  optim.lr = 1e-2;
+  troupe::actors::Trainer trainer(troupe::actors::TrainerConfig{model, optim, 1});
+  double acc = 0;
+  for (int i = 0; i < 40; ++i) acc = trainer.train_step(reward_model_batch(pairs, tok)).values.at("pair_accuracy");
+  CHECK(acc == 1.0);
+  char path[] = "/tmp/troupe-rm-XXXXXX";
+  REQUIRE(::mkdtemp(path) != nullptr);
+  const std::string file = std::string(path) + "/rm.safetensors";
+  trainer.save_weights(file);
+  troupe::actors::RewardModel scorer(troupe::actors::RewardModelConfig{model, file, 1});
+  const auto scores = scorer.score(troupe::actors::SequenceBatch{b.tokens, b.attn_mask});
+  REQUIRE(scores.size() == 4);
+  CHECK(scores[0] > scores[1]);
+  CHECK(scores[2] > scores[3]);
+  std::filesystem::remove_all(path);
+  // A model without a score head cannot be a reward model.
+  model.scalar_heads.clear();
+  CHECK_THROWS_AS(troupe::actors::RewardModel(troupe::actors::RewardModelConfig{model, "", 1}), std::invalid_argument);
+}

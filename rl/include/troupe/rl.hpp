@@ -7,6 +7,7 @@
 
 #include "troupe/actors/reference.hpp"
 #include "troupe/actors/reward.hpp"
+#include "troupe/actors/reward_model.hpp"
 #include "troupe/actors/rollout_engine.hpp"
 #include "troupe/actors/tokenizer.hpp"
 #include "troupe/actors/trainer.hpp"

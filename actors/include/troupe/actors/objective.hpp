@@ -16,6 +16,8 @@ struct ObjectiveInput {
   at::Tensor loss_mask;   // [n, T] bool
   std::map<std::string, at::Tensor> inputs;   // the batch's objective inputs, these rows
   std::map<std::string, double> options;
+  at::Tensor attn_mask;   // [n, T] bool: real tokens (last_token_index finds each row's last)
+  std::map<std::string, at::Tensor> heads;    // [n, T] f32, differentiable: the model's scalar heads, by name
 };
 
 struct ObjectiveOutput {

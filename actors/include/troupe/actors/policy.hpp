@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,6 +45,13 @@ class Policy {
   // Returns logits [B, Tq, vocab] f32.
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& key_mask,
                      KvCache* cache = nullptr, std::int64_t offset = 0) const;
+  // The same pass, no cache: the logits (unless `logits` is false) and every scalar head, [B, T] f32.
+  struct Outputs {
+    at::Tensor logits;
+    std::map<std::string, at::Tensor> heads;
+  };
+  Outputs forward_outputs(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& key_mask,
+                          bool logits = true) const;
 
   const PolicyConfig& config() const { return config_; }
   const NamedParameters& parameters() const { return params_; }
@@ -56,6 +64,10 @@ class Policy {
   // Like load, but the parameters become the given tensors' memory (no copy); the caller must not
   // write that memory while this policy uses it. For frozen or inference-only policies.
   void adopt(const NamedTensors& tensors);
+  // Copies the parameters `tensors` has by name (a reward model or critic started from an SFT
+  // policy's trunk): every parameter but the scalar heads must be there, with its shape; names this
+  // model lacks are skipped. Returns the scalar heads left as they were.
+  std::vector<std::string> load_trunk(const NamedTensors& tensors);
   // Views of the parameters (sharing their memory).
   NamedTensors views() const;
 
@@ -63,6 +75,9 @@ class Policy {
   const at::Tensor& param(std::size_t i) const { return params_[i].second; }
   at::Tensor block(const at::Tensor& x, std::size_t layer, const at::Tensor& mask, KvCache* cache,
                    std::int64_t offset) const;
+  at::Tensor hidden(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& key_mask, KvCache* cache,
+                    std::int64_t offset) const;   // after the final LayerNorm, [B, Tq, d]
+  std::size_t lm_head() const;                    // index of head.weight; the scalar heads follow
 
   PolicyConfig config_;
   NamedParameters params_;
@@ -77,6 +92,13 @@ at::Tensor positions_from_mask(const at::Tensor& attn_mask);
 // same distributions ([N, T], no grad).
 at::Tensor token_logprobs(const Policy& policy, const at::Tensor& tokens, const at::Tensor& attn_mask,
                           float temperature, at::Tensor* entropy = nullptr);
+// The same from the logits [N, T, V] of tokens (Policy::forward_outputs).
+at::Tensor token_logprobs_of(const at::Tensor& logits, const at::Tensor& tokens, float temperature,
+                             at::Tensor* entropy = nullptr);
+
+// The column of each row's last real token in the layout of types.hpp (the highest set column of
+// attn_mask; 0 for an empty row). [N] i64.
+at::Tensor last_token_index(const at::Tensor& attn_mask);
 
 // Sets this thread's libtorch intra-op threads and the kernels' thread budget. Actors call it from
 // their constructor, which runs on the actor's own thread (OpenMP thread counts are per thread).

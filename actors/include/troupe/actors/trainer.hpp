@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
+#include <string>
 
 #include "troupe/actors/rollout_engine.hpp"   // kStoreVersionOffset
 #include "troupe/actors/types.hpp"
@@ -45,6 +47,10 @@ class Trainer {
   void save_checkpoint(std::string dir);
   std::int64_t load_checkpoint(std::string dir);   // returns the restored version
   void save_weights(std::string path);              // the policy alone, as safetensors
+  // Starts the model from the trunk of the policy saved at `path` (Policy::load_trunk: a reward
+  // model or critic from an SFT policy); the optimizer's state restarts. Returns the scalar heads
+  // left at their initial weights.
+  std::vector<std::string> load_trunk(std::string path);
 
  private:
   struct Impl;
@@ -54,4 +60,4 @@ class Trainer {
 }  // namespace troupe::actors
 
 TROUPE_ACTOR(troupe::actors::Trainer, train_step, weights, set_optimizer, publish_to, policy_version,
-             save_checkpoint, load_checkpoint, save_weights);
+             save_checkpoint, load_checkpoint, save_weights, load_trunk);

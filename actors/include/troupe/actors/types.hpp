@@ -25,7 +25,10 @@ struct PolicyConfig {
   std::int32_t heads = 4;       // must divide d_model
   std::int32_t d_ff = 0;        // 0: 4 * d_model
   std::uint64_t seed = 0;       // initial weights
-  MSGPACK_DEFINE(vocab_size, context, layers, d_model, heads, d_ff, seed);
+  // Named scalar heads on the final hidden state, e.g. "score" (a reward model) or "value" (a
+  // critic): one number per position, parameters "<name>_head.weight" [1, d_model] and ".bias" [1].
+  std::vector<std::string> scalar_heads;
+  MSGPACK_DEFINE(vocab_size, context, layers, d_model, heads, d_ff, seed, scalar_heads);
 };
 
 struct SamplingParams {
@@ -115,6 +118,13 @@ struct Weights {
   std::vector<std::string> names;
   std::vector<TensorView> tensors;
   MSGPACK_DEFINE(version, names, tensors);
+};
+
+// Whole sequences to score (RewardModel::score).
+struct SequenceBatch {
+  TensorView tokens;       // [N, T] i64
+  TensorView attn_mask;    // [N, T] bool
+  MSGPACK_DEFINE(tokens, attn_mask);
 };
 
 struct LogprobRequest {

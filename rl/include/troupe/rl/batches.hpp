@@ -39,4 +39,23 @@ std::vector<std::int64_t> preference_pairs(const std::vector<actors::RewardResul
 actors::TrainBatch dpo_batch(const actors::RolloutBatch& rollout, const TensorView& ref_logp,
                              const std::vector<std::int64_t>& pairs, double beta, bool ipo, std::int32_t micro_batches = 1);
 
+// A preference pair for a reward model: the prompt, a chosen answer and a rejected one.
+struct PreferencePair {
+  Problem problem;
+  std::string chosen, rejected;
+};
+
+// Reward-model pairs from a policy's samples of `problems` (rows g*G .. g*G+G-1 answer problem g):
+// chosen = the problem's correct answer, rejected = its first sample that is wrong with a valid
+// format (so both answers have the task's format); a problem without one gives no pair.
+std::vector<PreferencePair> reward_model_pairs(const std::vector<Problem>& problems, std::int32_t group_size,
+                                               const actors::RolloutBatch& samples,
+                                               const std::vector<actors::RewardResult>& rewards,
+                                               const actors::Tokenizer& tokenizer);
+
+// The Trainer's batch of `pairs` for objective "bradley_terry": rows chosen, rejected, pair after
+// pair (prompt + answer + eos, sft_batch's layout), row_group 2, option margin.
+actors::TrainBatch reward_model_batch(const std::vector<PreferencePair>& pairs, const actors::Tokenizer& tokenizer,
+                                      double margin = 0.0, std::int32_t micro_batches = 1);
+
 }  // namespace troupe::rl

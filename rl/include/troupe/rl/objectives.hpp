@@ -83,4 +83,10 @@ actors::ObjectiveOutput dpo_objective(const actors::ObjectiveInput& in);
 // Differentiable in scores. Throws std::invalid_argument for an odd count.
 at::Tensor bradley_terry_loss(const at::Tensor& scores, double margin = 0.0);
 
+// The reward model's objective for the Trainer: bradley_terry_loss of the model's "score" head at
+// each row's last real token, rows in pairs (chosen, rejected; row_group 2). Options: "margin" (0).
+// Metrics: pair_accuracy (share of pairs scored the right way round), score_margin (mean chosen -
+// rejected). Registered as "bradley_terry".
+actors::ObjectiveOutput bradley_terry_objective(const actors::ObjectiveInput& in);
+
 }  // namespace troupe::rl

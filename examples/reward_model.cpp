@@ -1,0 +1,165 @@
+// examples/reward_model: a Bradley-Terry reward model (Ouyang et al. 2022, eq. 1) on the demo task,
+// as actors. The same SFT warm start as build/bin/grpo; then preference pairs made from the task
+// with both answers in its format (chosen: the correct answer; rejected: a wrong answer the SFT
+// policy sampled); then the SFT trunk with a scalar "score" head, trained on the pairs by a Trainer
+// with the "bradley_terry" objective and measured on held-out pairs by a RewardModel actor. Saves
+// the model as safetensors (what `--reward model:PATH` will load) and prints, as its last stdout
+// line, one JSON object: {"heldout_pair_acc", "steps", "seconds", "sft_seconds", "model", ...}.
+#include <troupe/rl.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+namespace rl = troupe::rl;
+namespace ta = troupe::actors;
+
+namespace {
+
+struct Settings {
+  std::uint64_t seed = 1;
+  std::int32_t sft_steps = 300, group = 8, steps = 400, pairs_per_step = 64, eval_every = 100, threads = 1;
+  std::size_t sample_prompts = 8192, heldout = 500;
+  double lr = 1e-3, margin = 0.0;
+  std::string run_dir = "runs/reward_model";
+};
+
+double since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto rt = troupe::init(argc, argv);
+  Settings s;
+  CLI::App app{"a Bradley-Terry reward model on the demo task, on troupe"};
+  app.allow_extras();   // --troupe-* flags configure the runtime
+  app.add_option("--seed", s.seed, "run seed: data, sampling, initial weights");
+  app.add_option("--sft-steps", s.sft_steps, "SFT warm-start steps of the policy that samples the rejected answers");
+  app.add_option("--sample-prompts", s.sample_prompts, "train prompts sampled for pairs (one pair per prompt at most)");
+  app.add_option("--group", s.group, "samples per prompt when looking for a wrong answer");
+  app.add_option("--steps", s.steps, "reward-model optimizer steps");
+  app.add_option("--pairs-per-step", s.pairs_per_step, "pairs per step");
+  app.add_option("--lr", s.lr, "reward-model learning rate");
+  app.add_option("--margin", s.margin, "Bradley-Terry margin (Touvron et al. 2023)");
+  app.add_option("--heldout-size", s.heldout, "held-out prompts (their pairs measure the model)");
+  app.add_option("--eval-every", s.eval_every, "held-out evaluation period (steps)");
+  app.add_option("--threads", s.threads, "libtorch threads of each compute actor");
+  app.add_option("--run-dir", s.run_dir, "output directory");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  for (const auto& extra : app.remaining()) {   // only the runtime's own flags may be left
+    if (extra.rfind("-", 0) == 0 && extra.rfind("--troupe", 0) != 0) {
+      std::cerr << "reward_model: unknown option " << extra << " (see --help)\n";
+      return 2;
+    }
+  }
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    std::filesystem::create_directories(s.run_dir);
+    const std::string dir = std::filesystem::absolute(s.run_dir).string();
+    const rl::GrpoConfig demo = rl::GrpoConfig::demo();
+    const auto task = rl::make_task(demo.task);
+    const ta::CharTokenizer tok(task->alphabet());
+    ta::PolicyConfig policy = demo.policy;
+    policy.vocab_size = tok.vocab_size();
+    policy.seed = s.seed;
+    const rl::Dataset data = rl::Dataset::make(*task, demo.train_size, s.heldout, s.seed);
+
+    // 1. The SFT policy, as build/bin/grpo's warm start.
+    auto sft = rt.spawn<ta::Trainer>(troupe::Options{}.name("sft"), ta::TrainerConfig{policy, demo.sft.optim, s.threads});
+    rl::DataCursor cursor{s.seed ^ 0x5f7, 0, 0};
+    for (std::int32_t i = 0; i < s.sft_steps; ++i)
+      sft.call(&ta::Trainer::train_step, rl::sft_batch(cursor.next(data.train, std::size_t(demo.sft.batch_size)), tok)).get();
+    const std::string sft_path = dir + "/sft.safetensors";
+    sft.call(&ta::Trainer::save_weights, sft_path).get();
+    const double sft_seconds = since(start);
+
+    // 2. Pairs: per prompt, the correct answer against a wrong, well-formed one the SFT policy sampled.
+    auto sampler = rt.spawn<ta::RolloutEngine>(troupe::Options{}.name("sampler"), ta::RolloutConfig{policy, s.threads, true});
+    sampler.call(&ta::RolloutEngine::update_weights, sft.call(&ta::Trainer::weights).get()).get();
+    auto verifier = rt.spawn<ta::Reward>(troupe::Options{}.name("verifier"), ta::RewardConfig{task->verifier(), 0.0f});
+    auto pairs_of = [&](const std::vector<rl::Problem>& problems, std::uint64_t seed) {
+      std::vector<rl::PreferencePair> pairs;
+      for (std::size_t at = 0; at < problems.size(); at += 64) {
+        const std::vector<rl::Problem> chunk(problems.begin() + long(at), problems.begin() + long(std::min(problems.size(), at + 64)));
+        ta::GenerateRequest req{rl::encode_prompts(chunk, tok), s.group,
+                                ta::SamplingParams{1.0f, 1.0f, task->max_answer_chars() + 1, tok.eos_id(), rl::step_seed(seed, long(at))},
+                                {}, 0};
+        const auto samples = sampler.call(&ta::RolloutEngine::generate, std::move(req)).get();
+        const auto rewards = verifier.call(&ta::Reward::score, rl::score_items(chunk, s.group, samples, tok)).get();
+        for (auto& p : rl::reward_model_pairs(chunk, s.group, samples, rewards, tok)) pairs.push_back(std::move(p));
+      }
+      return pairs;
+    };
+    std::vector<rl::Problem> prompts(data.train.begin(), data.train.begin() + long(std::min(s.sample_prompts, data.train.size())));
+    auto train = pairs_of(prompts, s.seed ^ 0x7a1);
+    const auto heldout = pairs_of(data.heldout, s.seed ^ 0x4e1);
+    if (train.empty() || heldout.empty()) throw std::runtime_error("the SFT policy gave no wrong, well-formed answer to pair");
+
+    // 3. The reward model: the SFT trunk with a score head, trained with the Bradley-Terry loss.
+    ta::PolicyConfig rm = policy;
+    rm.scalar_heads = {"score"};
+    ta::OptimConfig optim;
+    optim.lr = s.lr;
+    optim.warmup_steps = 20;
+    auto trainer = rt.spawn<ta::Trainer>(troupe::Options{}.name("rm_trainer"), ta::TrainerConfig{rm, optim, s.threads});
+    trainer.call(&ta::Trainer::load_trunk, sft_path).get();
+    auto scorer = rt.spawn<ta::RewardModel>(troupe::Options{}.name("reward_model"), ta::RewardModelConfig{rm, "", s.threads});
+    const std::string model = dir + "/reward_model.safetensors";
+    auto heldout_accuracy = [&] {
+      trainer.call(&ta::Trainer::save_weights, model).get();
+      scorer.call(&ta::RewardModel::load_weights, model).get();
+      std::size_t right = 0;
+      for (std::size_t at = 0; at < heldout.size(); at += 256) {
+        const std::vector<rl::PreferencePair> part(heldout.begin() + long(at), heldout.begin() + long(std::min(heldout.size(), at + 256)));
+        const auto b = rl::reward_model_batch(part, tok);
+        const auto scores = scorer.call(&ta::RewardModel::score, ta::SequenceBatch{b.tokens, b.attn_mask}).get();
+        for (std::size_t k = 0; k + 1 < scores.size(); k += 2) right += scores[k] > scores[k + 1] ? 1 : 0;
+      }
+      return double(right) / double(heldout.size());
+    };
+    std::mt19937_64 rng(s.seed);
+    std::shuffle(train.begin(), train.end(), rng);
+    std::size_t next = 0;
+    double acc = 0;
+    for (std::int32_t step = 1; step <= s.steps; ++step) {
+      std::vector<rl::PreferencePair> batch;
+      for (std::int32_t k = 0; k < s.pairs_per_step; ++k) {
+        if (next == train.size()) { std::shuffle(train.begin(), train.end(), rng); next = 0; }
+        batch.push_back(train[next++]);
+      }
+      const auto m = trainer.call(&ta::Trainer::train_step, rl::reward_model_batch(batch, tok, s.margin)).get();
+      if (step % s.eval_every == 0 || step == s.steps) {
+        acc = heldout_accuracy();
+        std::cerr << "step " << step << "/" << s.steps << "  loss " << m.loss << "  train pair acc "
+                  << m.values.at("pair_accuracy") << "  held-out pair acc " << acc << "  " << since(start) << " s\n";
+      }
+    }
+    nlohmann::ordered_json out;
+    out["heldout_pair_acc"] = acc;
+    out["steps"] = s.steps;
+    out["seconds"] = std::round(since(start) * 10) / 10;
+    out["sft_seconds"] = std::round(sft_seconds * 10) / 10;
+    out["train_pairs"] = train.size();
+    out["heldout_pairs"] = heldout.size();
+    out["model"] = model;
+    std::cout << out.dump() << std::endl;
+  } catch (const std::exception& e) {
+    std::cerr << "reward_model: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
