@@ -42,6 +42,7 @@ troupe::rl::GrpoConfig parse(int argc, char** argv) {
   app.add_option("--group", c.group_size, "samples per prompt (G)");
   app.add_option("--lr", c.optim.lr, "GRPO learning rate");
   app.add_option("--kl", c.kl_coef, "KL coefficient (beta)");
+  app.add_option("--reward", c.reward, "rule (the task's verifier) or model:PATH (a reward model from build/bin/reward_model)");
   app.add_option("--clip", c.clip_eps, "ratio clip epsilon");
   app.add_option("--temperature", c.temperature, "sampling temperature");
   app.add_option("--updates", c.updates_per_batch, "optimizer steps per batch (mu)");

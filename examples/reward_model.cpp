@@ -26,7 +26,7 @@ namespace {
 
 struct Settings {
   std::uint64_t seed = 1;
-  std::int32_t sft_steps = 300, group = 8, steps = 400, pairs_per_step = 64, eval_every = 100, threads = 1;
+  std::int32_t sft_steps = 300, group = 8, steps = 400, pairs_per_step = 64, eval_every = 100, threads = 1, per_prompt = 1;
   std::size_t sample_prompts = 8192, heldout = 500;
   double lr = 1e-3, margin = 0.0;
   std::string run_dir = "runs/reward_model";
@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   app.add_option("--sft-steps", s.sft_steps, "SFT warm-start steps of the policy that samples the rejected answers");
   app.add_option("--sample-prompts", s.sample_prompts, "train prompts sampled for pairs (one pair per prompt at most)");
   app.add_option("--group", s.group, "samples per prompt when looking for a wrong answer");
+  app.add_option("--pairs-per-prompt", s.per_prompt, "distinct wrong answers paired with each train prompt's right one (at most)");
   app.add_option("--steps", s.steps, "reward-model optimizer steps");
   app.add_option("--pairs-per-step", s.pairs_per_step, "pairs per step");
   app.add_option("--lr", s.lr, "reward-model learning rate");
@@ -91,7 +92,7 @@ int main(int argc, char** argv) {
     auto sampler = rt.spawn<ta::RolloutEngine>(troupe::Options{}.name("sampler"), ta::RolloutConfig{policy, s.threads, true});
     sampler.call(&ta::RolloutEngine::update_weights, sft.call(&ta::Trainer::weights).get()).get();
     auto verifier = rt.spawn<ta::Reward>(troupe::Options{}.name("verifier"), ta::RewardConfig{task->verifier(), 0.0f});
-    auto pairs_of = [&](const std::vector<rl::Problem>& problems, std::uint64_t seed) {
+    auto pairs_of = [&](const std::vector<rl::Problem>& problems, std::uint64_t seed, std::int32_t per_prompt) {
       std::vector<rl::PreferencePair> pairs;
       for (std::size_t at = 0; at < problems.size(); at += 64) {
         const std::vector<rl::Problem> chunk(problems.begin() + long(at), problems.begin() + long(std::min(problems.size(), at + 64)));
@@ -100,13 +101,13 @@ int main(int argc, char** argv) {
                                 {}, 0};
         const auto samples = sampler.call(&ta::RolloutEngine::generate, std::move(req)).get();
         const auto rewards = verifier.call(&ta::Reward::score, rl::score_items(chunk, s.group, samples, tok)).get();
-        for (auto& p : rl::reward_model_pairs(chunk, s.group, samples, rewards, tok)) pairs.push_back(std::move(p));
+        for (auto& p : rl::reward_model_pairs(chunk, s.group, samples, rewards, tok, per_prompt)) pairs.push_back(std::move(p));
       }
       return pairs;
     };
     std::vector<rl::Problem> prompts(data.train.begin(), data.train.begin() + long(std::min(s.sample_prompts, data.train.size())));
-    auto train = pairs_of(prompts, s.seed ^ 0x7a1);
-    const auto heldout = pairs_of(data.heldout, s.seed ^ 0x4e1);
+    auto train = pairs_of(prompts, s.seed ^ 0x7a1, s.per_prompt);
+    const auto heldout = pairs_of(data.heldout, s.seed ^ 0x4e1, 1);   // one per prompt: each prompt weighs the same
     if (train.empty() || heldout.empty()) throw std::runtime_error("the SFT policy gave no wrong, well-formed answer to pair");
 
     // 3. The reward model: the SFT trunk with a score head, trained with the Bradley-Terry loss.

@@ -138,17 +138,20 @@ actors::TrainBatch dpo_batch(const actors::RolloutBatch& rollout, const TensorVi
 std::vector<PreferencePair> reward_model_pairs(const std::vector<Problem>& problems, std::int32_t group_size,
                                                const actors::RolloutBatch& samples,
                                                const std::vector<actors::RewardResult>& rewards,
-                                               const actors::Tokenizer& tokenizer) {
+                                               const actors::Tokenizer& tokenizer, std::int32_t per_problem) {
   if (group_size < 1 || rewards.size() != problems.size() * std::size_t(group_size) || samples.responses.size() != rewards.size())
     throw std::invalid_argument("reward_model_pairs: " + std::to_string(rewards.size()) + " scored samples for " +
                                 std::to_string(problems.size()) + " problems of " + std::to_string(group_size));
   std::vector<PreferencePair> out;
   for (std::size_t g = 0; g < problems.size(); ++g) {
-    for (std::size_t s = 0; s < std::size_t(group_size); ++s) {
+    std::vector<std::string> taken;
+    for (std::size_t s = 0; s < std::size_t(group_size) && std::int32_t(taken.size()) < per_problem; ++s) {
       const std::size_t r = g * std::size_t(group_size) + s;
       if (rewards[r].correct || !rewards[r].format_ok) continue;
-      out.push_back(PreferencePair{problems[g], problems[g].answer, tokenizer.decode(samples.responses[r])});
-      break;
+      std::string wrong = tokenizer.decode(samples.responses[r]);
+      if (std::find(taken.begin(), taken.end(), wrong) != taken.end()) continue;
+      out.push_back(PreferencePair{problems[g], problems[g].answer, wrong});
+      taken.push_back(std::move(wrong));
     }
   }
   return out;

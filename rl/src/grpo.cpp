@@ -83,6 +83,10 @@ Grpo::Grpo(Runtime& rt, GrpoConfig config) : rt_(rt), config_(std::move(config))
   }
   advantage_ = find_advantage_estimator(config_.advantage);   // an unknown name fails here, not at step 1
   rollouts_ = RolloutRange::parse(config_.rollouts);
+  if (config_.reward != "rule" && config_.reward.rfind("model:", 0) != 0)
+    throw std::invalid_argument("unknown reward '" + config_.reward + "' (rule, or model:PATH)");
+  if (config_.reward.rfind("model:", 0) == 0 && !std::filesystem::is_regular_file(config_.reward.substr(6)))
+    throw std::invalid_argument("reward model file '" + config_.reward.substr(6) + "' does not exist");
   task_ = make_task(config_.task);
   tokenizer_ = std::make_unique<actors::CharTokenizer>(task_->alphabet());
   config_.policy.vocab_size = tokenizer_->vocab_size();
@@ -116,6 +120,13 @@ void Grpo::spawn_actors() {
   rollout_ = rt_.spawn<actors::RolloutEngine>(rollout, actors::RolloutConfig{config_.policy, config_.rollout_threads, true});
   reference_ = rt_.spawn<actors::Reference>(reference, actors::ReferenceConfig{config_.policy, "", config_.reference_threads});
   reward_ = rt_.spawn<actors::Reward>(reward, actors::RewardConfig{task_->verifier(), 0.0f});
+  if (config_.reward.rfind("model:", 0) == 0) {   // the run's architecture with a score head
+    actors::PolicyConfig rm = config_.policy;
+    rm.scalar_heads = {"score"};
+    const std::string path = std::filesystem::absolute(config_.reward.substr(6)).string();
+    reward_model_ = rt_.spawn<actors::RewardModel>(Options{reward}.name("reward_model"),
+                                                   actors::RewardModelConfig{rm, path, config_.reference_threads});
+  }
   weights_ = rt_.spawn<WeightStore>(weights);
   // Engines 1.. run in worker processes of their own wherever the head finds room.
   const Options member = Options{}.process(true).cpus(config_.rollout_threads);
@@ -129,6 +140,7 @@ Grpo::~Grpo() {
   rt_.kill(rollout_);
   rt_.kill(reference_);
   rt_.kill(reward_);
+  if (reward_model_) rt_.kill(*reward_model_);
   rt_.kill(weights_);
   if (group_) group_->remove();
 }
@@ -186,7 +198,15 @@ actors::RolloutBatch Grpo::generate(const std::vector<Problem>& problems) {
 }
 
 std::vector<actors::RewardResult> Grpo::score(const std::vector<Problem>& problems, const actors::RolloutBatch& rollout) {
-  return reward_.call(&actors::Reward::score, score_items(problems, config_.group_size, rollout, *tokenizer_)).get();
+  auto verdicts = reward_.call(&actors::Reward::score, score_items(problems, config_.group_size, rollout, *tokenizer_));
+  if (!reward_model_) return verdicts.get();
+  // The learned reward trains the policy; the verifier's verdicts stay for format and accuracy.
+  auto scores = reward_model_->call(&actors::RewardModel::score, actors::SequenceBatch{rollout.tokens, rollout.attn_mask}).get();
+  auto results = verdicts.get();
+  if (scores.size() != results.size()) throw std::runtime_error("the reward model scored " + std::to_string(scores.size()) + " of " +
+                                                                std::to_string(results.size()) + " samples");
+  for (std::size_t i = 0; i < results.size(); ++i) results[i].reward = scores[i];
+  return results;
 }
 
 TensorView Grpo::reference_logprobs(const actors::RolloutBatch& rollout) {

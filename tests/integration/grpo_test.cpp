@@ -196,4 +196,16 @@ TEST_CASE("build/bin/reward_model: a short seeded run ranks held-out pairs above
   // Bad input: an unknown flag is refused with status != 0, naming it.
   auto bad = itest::run({TROUPE_REWARD_MODEL, "--no-such-flag"});
   CHECK(bad.status != 0);
+  CHECK(bad.output.find("--no-such-flag") != std::string::npos);
+
+  // GRPO with the learned reward (RLHF): the model scores the samples, the verifier still measures.
+  auto rlhf = run_grpo(dir.path + "/rlhf", false, [&] { auto a = kShortRun; a.insert(a.end(), {"--reward", "model:" + model}); return a; }());
+  REQUIRE(rlhf.size() == 3);
+  auto rule = run_grpo(dir.path + "/rule", false);
+  CHECK(rlhf[0]["samples_digest"] == rule[0]["samples_digest"]);   // the same first samples, scored otherwise
+  CHECK(rlhf[0]["reward_mean"] != rule[0]["reward_mean"]);
+  CHECK(rlhf[0]["format_ok"] == rule[0]["format_ok"]);            // from the verifier either way
+  auto missing = itest::run({TROUPE_GRPO, "--reward", "model:/no/such/file", "--run-dir", dir.path + "/missing"});
+  CHECK(missing.status != 0);
+  CHECK(missing.output.find("/no/such/file") != std::string::npos);
 }

@@ -201,6 +201,12 @@ TEST_CASE("reward-model pairs: the correct answer against the first wrong, well-
   CHECK(pairs[1].problem.prompt == "5+4=");
   CHECK(pairs[1].rejected == "8");
   CHECK_THROWS_AS(reward_model_pairs(problems, 3, samples, {right, wrong}, tok), std::invalid_argument);
+  // Up to two distinct wrong answers per prompt: prompt 0 of three samples "5", "5", "6".
+  troupe::actors::RolloutBatch three;
+  three.responses = {tok.encode("5"), tok.encode("5"), tok.encode("6")};
+  const auto two = reward_model_pairs({problems[0]}, 3, three, {wrong, wrong, wrong}, tok, 2);
+  REQUIRE(two.size() == 2);
+  CHECK(two[1].rejected == "6");
 
   const auto b = reward_model_batch(pairs, tok, 0.5);
   CHECK(b.objective == "bradley_terry");

@@ -46,12 +46,13 @@ struct PreferencePair {
 };
 
 // Reward-model pairs from a policy's samples of `problems` (rows g*G .. g*G+G-1 answer problem g):
-// chosen = the problem's correct answer, rejected = its first sample that is wrong with a valid
-// format (so both answers have the task's format); a problem without one gives no pair.
+// chosen = the problem's correct answer, rejected = one of its samples that is wrong with a valid
+// format (so both answers have the task's format), up to `per_problem` distinct ones, in sample
+// order; a problem without one gives no pair.
 std::vector<PreferencePair> reward_model_pairs(const std::vector<Problem>& problems, std::int32_t group_size,
                                                const actors::RolloutBatch& samples,
                                                const std::vector<actors::RewardResult>& rewards,
-                                               const actors::Tokenizer& tokenizer);
+                                               const actors::Tokenizer& tokenizer, std::int32_t per_problem = 1);
 
 // The Trainer's batch of `pairs` for objective "bradley_terry": rows chosen, rejected, pair after
 // pair (prompt + answer + eos, sft_batch's layout), row_group 2, option margin.

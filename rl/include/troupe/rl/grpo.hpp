@@ -20,6 +20,7 @@
 
 #include "troupe/actors/reference.hpp"
 #include "troupe/actors/reward.hpp"
+#include "troupe/actors/reward_model.hpp"
 #include "troupe/actors/rollout_engine.hpp"
 #include "troupe/actors/tokenizer.hpp"
 #include "troupe/actors/trainer.hpp"
@@ -58,6 +59,11 @@ struct GrpoConfig {
   double dpo_beta = 0.1;
   bool dpo_ipo = false;                  // IPO's squared loss instead of DPO's logistic one
   std::string advantage = "grpo";
+  // Where each sample's reward comes from: "rule" (the task's verifier) or "model:PATH" (a
+  // RewardModel actor loading build/bin/reward_model's safetensors, for this run's architecture
+  // with a score head, scores every sample, batched). Held-out accuracy and the format and
+  // correctness figures always come from the verifier.
+  std::string reward = "rule";
   // The Trainer's objective, by name (actors/objective.hpp): "grpo", or one the program registers
   // at static initialisation (so that a Trainer in a worker process has it too). It reads the
   // inputs old_logp, ref_logp, advantages and the options clip_eps, kl_coef.
@@ -184,6 +190,7 @@ class Grpo {
   int engines_ = 1;                           // the last step's
   ActorRef<actors::Reference> reference_;
   ActorRef<actors::Reward> reward_;
+  std::optional<ActorRef<actors::RewardModel>> reward_model_;   // reward = "model:PATH"
   std::optional<PlacementGroup> group_;   // worker_processes only; removed with the Grpo
 };
 
