@@ -221,6 +221,11 @@ at::Tensor token_logprobs(const Policy& policy, const at::Tensor& tokens, const 
   return token_logprobs_of(policy.forward(tokens, positions_from_mask(attn_mask), attn_mask), tokens, temperature, entropy);
 }
 
+at::Tensor token_values_of(const at::Tensor& head) {
+  const std::int64_t n = head.size(0), t = head.size(1);
+  return at::cat({at::zeros({n, 1}, head.options()), head.narrow(1, 0, t - 1)}, 1);
+}
+
 at::Tensor last_token_index(const at::Tensor& attn_mask) {
   const auto cols = at::arange(attn_mask.size(1), at::kLong).view({1, -1});
   return cols.mul(attn_mask.to(at::kLong)).amax(1);

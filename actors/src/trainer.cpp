@@ -153,6 +153,15 @@ std::int64_t Trainer::load_checkpoint(std::string dir) {
 
 void Trainer::save_weights(std::string path) { write_safetensors(path, impl_->policy.views()); }
 
+TensorView Trainer::head_values(SequenceBatch batch, std::string head) {
+  at::NoGradGuard no_grad;
+  const auto tokens = from_view(batch.tokens), attn = from_view(batch.attn_mask);
+  auto out = impl_->policy.forward_outputs(tokens, positions_from_mask(attn), attn, /*logits=*/false);
+  auto it = out.heads.find(head);
+  if (it == out.heads.end()) throw std::invalid_argument("head_values: the model has no '" + head + "' head");
+  return to_view(token_values_of(it->second).contiguous());
+}
+
 std::vector<std::string> Trainer::load_trunk(std::string path) {
   auto kept = impl_->policy.load_trunk(read_safetensors(path).tensors);
   impl_->optimizer = AdamW(impl_->policy.parameters(), impl_->config.optim);

@@ -157,6 +157,30 @@ std::vector<PreferencePair> reward_model_pairs(const std::vector<Problem>& probl
   return out;
 }
 
+namespace {
+
+TensorView row_copy(const TensorView& v, std::int64_t begin, std::int64_t n) {
+  if (v.shape.empty() || begin < 0 || n < 0 || begin + n > v.shape[0] || !v.is_contiguous())
+    throw std::invalid_argument("rows_of: rows out of range, or a tensor that is not contiguous");
+  auto shape = v.shape;
+  shape[0] = n;
+  TensorView out = TensorView::empty(v.dtype, shape);
+  const std::size_t row = v.shape[0] == 0 ? 0 : v.nbytes() / std::size_t(v.shape[0]);
+  if (row * std::size_t(n) > 0) std::memcpy(out.data, static_cast<const char*>(v.data) + row * std::size_t(begin), row * std::size_t(n));
+  return out;
+}
+
+}  // namespace
+
+actors::TrainBatch rows_of(const actors::TrainBatch& batch, std::int64_t begin, std::int64_t n) {
+  actors::TrainBatch b = batch;
+  b.tokens = row_copy(batch.tokens, begin, n);
+  b.attn_mask = row_copy(batch.attn_mask, begin, n);
+  b.loss_mask = row_copy(batch.loss_mask, begin, n);
+  for (auto& [k, v] : b.inputs) v = row_copy(batch.inputs.at(k), begin, n);
+  return b;
+}
+
 actors::TrainBatch reward_model_batch(const std::vector<PreferencePair>& pairs, const actors::Tokenizer& tokenizer,
                                       double margin, std::int32_t micro_batches) {
   std::vector<Problem> rows;

@@ -198,8 +198,13 @@ ConfigSchema grpo_config_schema(GrpoConfig& c) {
   s.add("algo.top_p", &c.top_p, "nucleus sampling");
   s.add("algo.lr", &c.optim.lr, "RL learning rate");
   s.add("algo.max_grad_norm", &c.optim.max_grad_norm, "global gradient-norm clip; <= 0: none");
-  s.add("algo.name", &c.algorithm, "the update: grpo, or dpo (the step's samples as preference pairs)");
+  s.add("algo.name", &c.algorithm, "the update: grpo, ppo (a critic and GAE), or dpo (the step's samples as preference pairs)");
   s.add("algo.dpo_beta", &c.dpo_beta, "DPO's beta");
+  s.add("algo.gae_gamma", &c.gae_gamma, "PPO: GAE's discount");
+  s.add("algo.gae_lambda", &c.gae_lambda, "PPO: GAE's lambda");
+  s.add("algo.value_clip", &c.value_clip, "PPO: the critic's value-loss clip");
+  s.add("algo.critic_lr", &c.critic_optim.lr, "PPO: the critic's learning rate");
+  s.add("algo.mini_batches", &c.mini_batches, "PPO: optimizer steps per epoch over the batch (updates_per_batch epochs)");
   s.add("algo.dpo_ipo", &c.dpo_ipo, "IPO's loss instead of DPO's");
   s.add("algo.advantage", &c.advantage, "advantage estimator: grpo, rloo, reinforce++, reinforce++_baseline, or the program's own");
   s.add("algo.reward", &c.reward, "the samples' reward: rule (the task's verifier) or model:PATH (build/bin/reward_model's file)");

@@ -78,9 +78,10 @@ GrpoConfig GrpoConfig::demo() {
 
 Grpo::Grpo(Runtime& rt, GrpoConfig config) : rt_(rt), config_(std::move(config)) {
   register_grpo_objective();
-  if (config_.algorithm != "grpo" && config_.algorithm != "dpo") {
-    throw std::invalid_argument("unknown algorithm '" + config_.algorithm + "' (grpo or dpo)");
+  if (config_.algorithm != "grpo" && config_.algorithm != "dpo" && config_.algorithm != "ppo") {
+    throw std::invalid_argument("unknown algorithm '" + config_.algorithm + "' (grpo, ppo or dpo)");
   }
+  if (config_.mini_batches < 1) throw std::invalid_argument("mini_batches must be at least 1");
   advantage_ = find_advantage_estimator(config_.advantage);   // an unknown name fails here, not at step 1
   rollouts_ = RolloutRange::parse(config_.rollouts);
   if (config_.reward != "rule" && config_.reward.rfind("model:", 0) != 0)
@@ -120,6 +121,12 @@ void Grpo::spawn_actors() {
   rollout_ = rt_.spawn<actors::RolloutEngine>(rollout, actors::RolloutConfig{config_.policy, config_.rollout_threads, true});
   reference_ = rt_.spawn<actors::Reference>(reference, actors::ReferenceConfig{config_.policy, "", config_.reference_threads});
   reward_ = rt_.spawn<actors::Reward>(reward, actors::RewardConfig{task_->verifier(), 0.0f});
+  if (config_.algorithm == "ppo") {   // the critic: the policy's architecture with a value head
+    actors::PolicyConfig critic = config_.policy;
+    critic.scalar_heads = {"value"};
+    critic_ = rt_.spawn<actors::Trainer>(Options{reference}.name("critic"),
+                                         actors::TrainerConfig{critic, config_.critic_optim, config_.trainer_threads});
+  }
   if (config_.reward.rfind("model:", 0) == 0) {   // the run's architecture with a score head
     actors::PolicyConfig rm = config_.policy;
     rm.scalar_heads = {"score"};
@@ -141,6 +148,7 @@ Grpo::~Grpo() {
   rt_.kill(reference_);
   rt_.kill(reward_);
   if (reward_model_) rt_.kill(*reward_model_);
+  if (critic_) rt_.kill(*critic_);
   rt_.kill(weights_);
   if (group_) group_->remove();
 }
@@ -159,6 +167,7 @@ void Grpo::warm_start() {
   }
   trainer_.call(&actors::Trainer::save_weights, sft_weights_path(config_)).get();
   trainer_.call(&actors::Trainer::set_optimizer, config_.optim).get();
+  if (critic_) critic_->call(&actors::Trainer::load_trunk, sft_weights_path(config_)).get();   // the SFT trunk, a fresh value head
   sync_weights();
   start_reference();
 }
@@ -231,6 +240,70 @@ actors::TrainMetrics Grpo::update(const actors::RolloutBatch& rollout, const Ten
   actors::TrainMetrics m;
   for (std::int32_t i = 0; i < std::max(1, config_.updates_per_batch); ++i)
     m = trainer_.call(&actors::Trainer::train_step, b).get();
+  return m;
+}
+
+// PPO (Ouyang et al. 2022's RLHF recipe, the token-level form of OpenRLHF and verl): the critic's
+// values, per-token rewards (the outcome at the last response token, -kl_coef * (logp_old -
+// logp_ref) on every response token), GAE advantages (whitened) and returns, then
+// updates_per_batch epochs of mini_batches optimizer steps each for the policy and the critic,
+// which train side by side.
+actors::TrainMetrics Grpo::ppo_update(const actors::RolloutBatch& rollout, const TensorView& ref_logp,
+                                      const std::vector<actors::RewardResult>& rewards) {
+  const TensorView values = critic_->call(&actors::Trainer::head_values, actors::SequenceBatch{rollout.tokens, rollout.attn_mask},
+                                          std::string("value")).get();
+  const std::int64_t n = rollout.tokens.shape[0], t = rollout.tokens.shape[1];
+  AdvantageInput in;
+  in.tokens = t;
+  in.token_rewards.assign(std::size_t(n * t), 0.0f);
+  in.values.assign(values.data_as<float>(), values.data_as<float>() + n * t);
+  in.mask.assign(std::size_t(n * t), 0);
+  const bool* resp = rollout.response_mask.data_as<bool>();
+  const float* old = rollout.logprobs.data_as<float>();
+  const float* ref = ref_logp.data_as<float>();
+  for (std::int64_t r = 0; r < n; ++r) {
+    std::int64_t last = -1;
+    for (std::int64_t c = 0; c < t; ++c) {
+      const std::size_t i = std::size_t(r * t + c);
+      if (!resp[i]) continue;
+      in.mask[i] = 1;
+      in.token_rewards[i] = float(-config_.kl_coef * (double(old[i]) - double(ref[i])));
+      last = c;
+    }
+    if (last >= 0) in.token_rewards[std::size_t(r * t + last)] += rewards[std::size_t(r)].reward;
+  }
+  in.options = {{"gamma", config_.gae_gamma}, {"lambda", config_.gae_lambda}, {"whiten", 1.0}};
+  const AdvantageOutput gae = find_advantage_estimator("gae")(in);
+  auto as_view = [&](const std::vector<float>& x) {
+    TensorView v = TensorView::empty(DType::F32, {n, t});
+    std::copy(x.begin(), x.end(), v.data_as<float>());
+    return v;
+  };
+  actors::TrainBatch policy;
+  policy.objective = "ppo";
+  policy.tokens = rollout.tokens;
+  policy.attn_mask = rollout.attn_mask;
+  policy.loss_mask = rollout.response_mask;
+  policy.inputs = {{"old_logp", rollout.logprobs}, {"advantages", as_view(gae.advantages)}, {"ref_logp", ref_logp}};
+  policy.options = {{"clip_eps", config_.clip_eps}};
+  policy.temperature = config_.temperature;
+  policy.micro_batches = config_.micro_batches;
+  actors::TrainBatch critic = policy;
+  critic.objective = "value";
+  critic.inputs = {{"old_values", values}, {"returns", as_view(gae.returns)}};
+  critic.options = {{"value_clip", config_.value_clip}};
+  actors::TrainMetrics m, v;
+  const std::int64_t rows = (n + config_.mini_batches - 1) / config_.mini_batches;
+  for (std::int32_t epoch = 0; epoch < std::max(1, config_.updates_per_batch); ++epoch) {
+    for (std::int64_t begin = 0; begin < n; begin += rows) {
+      const std::int64_t k = std::min(rows, n - begin);
+      auto pf = trainer_.call(&actors::Trainer::train_step, config_.mini_batches == 1 ? policy : rows_of(policy, begin, k));
+      auto vf = critic_->call(&actors::Trainer::train_step, config_.mini_batches == 1 ? critic : rows_of(critic, begin, k));
+      m = pf.get();
+      v = vf.get();
+    }
+  }
+  for (const auto& [key, x] : v.values) m.values[key] = x;
   return m;
 }
 
@@ -319,8 +392,9 @@ StepRecord Grpo::step() {
   lap(time.reward);
   const auto ref_logp = reference_logprobs(rollout);
   lap(time.reference);
-  const auto metrics = config_.algorithm == "dpo" ? dpo_update(rollout, ref_logp, rewards)
-                                                  : update(rollout, ref_logp, advantages(rewards));
+  const auto metrics = config_.algorithm == "dpo"   ? dpo_update(rollout, ref_logp, rewards)
+                       : config_.algorithm == "ppo" ? ppo_update(rollout, ref_logp, rewards)
+                                                    : update(rollout, ref_logp, advantages(rewards));
   lap(time.train);
   sync_weights();
   lap(time.sync);
@@ -383,6 +457,7 @@ std::string Grpo::save_checkpoint() {
   std::filesystem::remove_all(staging);
   std::filesystem::create_directories(staging);
   trainer_.call(&actors::Trainer::save_checkpoint, staging).get();
+  if (critic_) critic_->call(&actors::Trainer::save_checkpoint, staging + "/critic").get();
   save_run_state(staging, state_);
   publish_checkpoint(staging, dir);
   return dir;
@@ -394,6 +469,10 @@ bool Grpo::resume() {
   state_ = load_run_state(*dir);
   trainer_.call(&actors::Trainer::set_optimizer, config_.optim).get();
   trainer_.call(&actors::Trainer::load_checkpoint, *dir).get();
+  if (critic_) {
+    critic_->call(&actors::Trainer::set_optimizer, config_.critic_optim).get();
+    critic_->call(&actors::Trainer::load_checkpoint, *dir + "/critic").get();
+  }
   sync_weights();
   start_reference();
   return true;

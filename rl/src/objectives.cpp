@@ -43,7 +43,9 @@ PolicyLoss clipped_policy_loss(const at::Tensor& logp, const at::Tensor& old_log
                                const at::Tensor& mask, double clip_eps) {
   const std::int64_t rows = logp.size(0), tokens = logp.size(1);
   auto lp = logp.detach().contiguous(), old = old_logp.to(at::kFloat).contiguous(), m = bytes_of(mask);
-  auto adv = advantages.to(at::kFloat).view({rows, 1}).expand({rows, tokens}).contiguous();
+  auto adv = (advantages.dim() == 2 ? advantages.to(at::kFloat) : advantages.to(at::kFloat).view({rows, 1}).expand({rows, tokens}))
+                 .contiguous();
+  if (adv.sizes() != logp.sizes()) throw std::invalid_argument("clipped_policy_loss: advantages are [n] or [n, T]");
   auto loss = at::zeros({}, at::kFloat), grad = at::empty_like(lp);
   float clip_fraction = 0;
   kernels::PolicyLossOptions opts;
@@ -76,6 +78,40 @@ actors::ObjectiveOutput grpo_objective(const actors::ObjectiveInput& in) {
 }
 
 void register_grpo_objective() { actors::register_objective("grpo", &grpo_objective); }
+
+actors::ObjectiveOutput ppo_objective(const actors::ObjectiveInput& in) {
+  auto need = [&](const char* k) -> const at::Tensor& {
+    auto it = in.inputs.find(k);
+    if (it == in.inputs.end()) throw std::invalid_argument(std::string("ppo objective: missing input '") + k + "'");
+    return it->second;
+  };
+  PolicyLoss pg = clipped_policy_loss(in.logp, need("old_logp"), need("advantages"), in.loss_mask,
+                                      actors::option_or(in.options, "clip_eps", 0.2));
+  actors::ObjectiveOutput out;
+  out.loss = pg.loss;
+  out.metrics["pg_loss"] = pg.loss.item<double>();
+  out.metrics["clip_fraction"] = pg.clip_fraction;
+  if (auto ref = in.inputs.find("ref_logp"); ref != in.inputs.end())   // reported; the penalty is in the rewards
+    out.metrics["kl"] = actors::seq_mean_token_mean(kl_k3(in.logp.detach(), ref->second, in.loss_mask), in.loss_mask).item<double>();
+  return out;
+}
+
+actors::ObjectiveOutput value_objective(const actors::ObjectiveInput& in) {
+  auto head = in.heads.find("value");
+  if (head == in.heads.end()) throw std::invalid_argument("value objective: the model has no 'value' head");
+  auto need = [&](const char* k) -> const at::Tensor& {
+    auto it = in.inputs.find(k);
+    if (it == in.inputs.end()) throw std::invalid_argument(std::string("value objective: missing input '") + k + "'");
+    return it->second;
+  };
+  ValueLoss vl = clipped_value_loss(actors::token_values_of(head->second), need("old_values").to(at::kFloat),
+                                    need("returns").to(at::kFloat), in.loss_mask, actors::option_or(in.options, "value_clip", 0.2));
+  actors::ObjectiveOutput out;
+  out.loss = vl.loss;
+  out.metrics["value_loss"] = vl.loss.item<double>();
+  out.metrics["value_clip_fraction"] = vl.clip_fraction;
+  return out;
+}
 
 ValueLoss clipped_value_loss(const at::Tensor& values, const at::Tensor& old_values, const at::Tensor& returns,
                              const at::Tensor& mask, double clip) {
@@ -159,7 +195,8 @@ actors::ObjectiveOutput bradley_terry_objective(const actors::ObjectiveInput& in
 
 namespace {
 const bool kRegistered = (register_grpo_objective(), actors::register_objective("dpo", &dpo_objective),
-                          actors::register_objective("bradley_terry", &bradley_terry_objective), true);
+                          actors::register_objective("bradley_terry", &bradley_terry_objective),
+                          actors::register_objective("ppo", &ppo_objective), actors::register_objective("value", &value_objective), true);
 }  // namespace
 
 }  // namespace troupe::rl

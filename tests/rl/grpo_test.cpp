@@ -72,9 +72,14 @@ TEST_CASE("a short seeded GRPO run on one-digit addition raises its reward withi
   std::filesystem::remove_all(config.run_dir);
 }
 
-TEST_CASE("a resumed run takes the same steps as an uninterrupted one (RL-2)") {
+namespace {
+
+// Runs `algorithm` 4 steps straight, and 2 + 2 with a stop and a resume between: the same weights
+// and the same metrics, step by step (a critic's state included for PPO).
+void check_resume_equals_no_stop(const std::string& algorithm) {
   auto rt = troupe::Runtime::create().value();
-  auto straight = tiny("troupe_grpo_straight");
+  auto straight = tiny("troupe_" + algorithm + "_straight");
+  straight.algorithm = algorithm;
   straight.steps = 4;
   straight.sft.steps = 10;
   straight.eval_every = 2;
@@ -86,7 +91,7 @@ TEST_CASE("a resumed run takes the same steps as an uninterrupted one (RL-2)") {
     expected = grpo.policy_weights();
   }
   auto stopped = straight;
-  stopped.run_dir = (std::filesystem::temp_directory_path() / ("troupe_grpo_resumed-" + std::to_string(::getpid()))).string();
+  stopped.run_dir = (std::filesystem::temp_directory_path() / ("troupe_" + algorithm + "_resumed-" + std::to_string(::getpid()))).string();
   std::filesystem::remove_all(stopped.run_dir);
   stopped.stop_after = 2;
   {
@@ -117,100 +122,47 @@ TEST_CASE("a resumed run takes the same steps as an uninterrupted one (RL-2)") {
     CHECK(a[i].kl == b[i].kl);
     CHECK(a[i].entropy == b[i].entropy);
     CHECK(a[i].heldout_acc == b[i].heldout_acc);
+    CHECK(a[i].values == b[i].values);   // the objective's metrics: a critic's value loss too
   }
   std::filesystem::remove_all(straight.run_dir);
   std::filesystem::remove_all(resumed.run_dir);
 }
 
-TEST_CASE("resuming from a directory without a checkpoint says so") {
-  auto rt = troupe::Runtime::create().value();
-  auto config = tiny("troupe_grpo_empty");
-  Grpo grpo(rt, config);
-  CHECK_FALSE(grpo.resume());
-  std::filesystem::remove_all(config.run_dir);
-}
-
-namespace {
-
-int g_counted_calls = 0;
-// A program's own estimator: GRPO's, counting its calls.
-AdvantageOutput counted_grpo(const AdvantageInput& in) {
-  ++g_counted_calls;
-  return grpo_advantages(in);
-}
-TROUPE_ADVANTAGE_ESTIMATOR("test_counted_grpo", counted_grpo);
-
 }  // namespace
 
-TEST_CASE("the driver runs the advantage estimator its configuration names, a program's own too") {
-  auto rt = troupe::Runtime::create().value();
-  auto config = tiny("troupe_grpo_estimator");
-  config.sft.steps = 5;
-  config.steps = 3;
-  config.advantage = "test_counted_grpo";
-  {
-    Grpo grpo(rt, config);
-    grpo.warm_start();
-    for (int s = 0; s < config.steps; ++s) (void)grpo.step();
-  }
-  CHECK(g_counted_calls == 3);
-  config.advantage = "gae";   // per token: needs a critic
-  {
-    Grpo grpo(rt, config);
-    grpo.warm_start();
-    CHECK_THROWS_AS(grpo.step(), std::invalid_argument);
-  }
-  config.advantage = "no_such_estimator";
-  CHECK_THROWS_AS(Grpo(rt, config), std::invalid_argument);   // at construction, not at step 1
-  std::filesystem::remove_all(config.run_dir);
+TEST_CASE("a resumed run takes the same steps as an uninterrupted one (RL-2)") { check_resume_equals_no_stop("grpo"); }
+
+TEST_CASE("a resumed PPO run, its critic included, and a resumed DPO run take the same steps as uninterrupted ones") {
+  check_resume_equals_no_stop("ppo");
+  check_resume_equals_no_stop("dpo");
 }
 
-TEST_CASE("a program's own objective, registered at static initialisation, runs in the trainer's worker process") {
-  test_support::TempDir sessions("troupe-rl-sessions");   // the embedded cluster's, removed after
-  troupe::RuntimeConfig rc;
-  rc.session_root = sessions.path;
-  auto rt = troupe::Runtime::create(rc).value();   // the embedded cluster's workers run this binary
-  auto config = tiny("troupe_grpo_objective");
-  config.sft.steps = 5;
-  config.steps = 2;
-  config.worker_processes = true;
-  config.objective = "test_marked_grpo";   // objectives_test.cpp registers it
-  StepRecord rec;
-  {
-    Grpo grpo(rt, config);
-    grpo.warm_start();
-    rec = grpo.step();
-  }
-  REQUIRE(rec.values.count("test_marker") == 1);
-  CHECK(rec.values.at("test_marker") == 7.0);
-  CHECK(rec.values.at("test_pid") != double(::getpid()));   // it ran in another process
-  CHECK(rec.values.count("pg_loss") == 1);                  // GRPO's own metrics come along
-  // The metrics line carries the named values.
-  CHECK(record_from_json_line(to_json_line(rec)).values.at("test_marker") == 7.0);
-  std::filesystem::remove_all(config.run_dir);
-}
-
-TEST_CASE("algo.name dpo: each step pairs a prompt's correct and wrong samples and takes a DPO step on them") {
+TEST_CASE("PPO: a short seeded run on the demo task raises its held-out accuracy, its critic learning the values") {
   auto rt = troupe::Runtime::create().value();
-  auto config = tiny("troupe_dpo_steps");
-  config.sft.steps = 20;
-  config.steps = 3;
-  config.algorithm = "dpo";
+  auto config = GrpoConfig::demo();   // held-out accuracy needs a task that generalises: the demo's, 60 steps
+  config.algorithm = "ppo";
+  config.steps = 60;
+  config.eval_every = 0;
+  config.verbose = false;
+  config.kl_coef = 0.02;   // build/bin/ppo's settings
+  config.updates_per_batch = 2;
+  config.mini_batches = 2;
+  config.optim.lr = 5e-4;
+  config.critic_optim.lr = 1e-3;
+  config.critic_optim.warmup_steps = 20;
+  config.run_dir = (std::filesystem::temp_directory_path() / ("troupe_ppo_learns-" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(config.run_dir);
   Grpo grpo(rt, config);
   grpo.warm_start();
-  const std::int64_t after_sft = grpo.state().policy_version;
-  std::int64_t updates = 0;
-  for (int s = 0; s < config.steps; ++s) {
-    auto rec = grpo.step();
-    if (rec.values.count("pairs") == 0) continue;   // no prompt had both: no update
-    CHECK(rec.values.at("pairs") >= 1.0);
-    CHECK(rec.values.count("reward_accuracy") == 1);
-    ++updates;
-  }
-  CHECK(updates >= 1);
-  CHECK(grpo.state().policy_version == after_sft + updates);
-  auto bad = config;
-  bad.algorithm = "ppo";   // not here yet
-  CHECK_THROWS_AS(Grpo(rt, bad), std::invalid_argument);
+  const double before = grpo.evaluate().accuracy;
+  std::vector<StepRecord> records;
+  for (int s = 0; s < config.steps; ++s) records.push_back(grpo.step());
+  const double after = grpo.evaluate().accuracy;
+  MESSAGE("PPO reward " << mean_reward(records, 0, 5) << " -> " << mean_reward(records, records.size() - 5, records.size())
+                        << ", held-out accuracy " << before << " -> " << after << ", value loss "
+                        << records.front().values.at("value_loss") << " -> " << records.back().values.at("value_loss"));
+  CHECK(after >= before + 0.05);   // measured on seed 1: 0.302 -> 0.38 at step 60 (build/bin/ppo's run)
+  CHECK(records.back().values.at("value_loss") < records.front().values.at("value_loss"));
+  CHECK(records.back().policy_version == records.front().policy_version + 2 * 2 * (config.steps - 1));   // epochs x mini-batches
   std::filesystem::remove_all(config.run_dir);
 }

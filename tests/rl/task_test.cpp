@@ -186,7 +186,7 @@ TEST_CASE("the Trainer takes a DPO batch: one step with the dpo objective report
   CHECK(m.values.count("reward_margin") == 1);
 }
 
-TEST_CASE("reward-model pairs: the correct answer against the first wrong, well-formed sample; a batch of them trains a score head") {
+TEST_CASE("reward-model pairs: the correct answer against wrong, well-formed samples, and a batch of them trains a score head") {
   using troupe::actors::RewardResult;
   const troupe::actors::CharTokenizer tok("0123456789+=");
   const std::vector<Problem> problems{{"1+2=", "3"}, {"2+2=", "4"}, {"5+4=", "9"}};

@@ -96,6 +96,10 @@ at::Tensor token_logprobs(const Policy& policy, const at::Tensor& tokens, const 
 at::Tensor token_logprobs_of(const at::Tensor& logits, const at::Tensor& tokens, float temperature,
                              at::Tensor* entropy = nullptr);
 
+// A scalar head [N, T] (a value per hidden position) aligned to token columns as types.hpp lays
+// out per-token values: out[:, t] = head[:, t - 1], the value of the state before token t (column 0: 0).
+at::Tensor token_values_of(const at::Tensor& head);
+
 // The column of each row's last real token in the layout of types.hpp (the highest set column of
 // attn_mask; 0 for an empty row). [N] i64.
 at::Tensor last_token_index(const at::Tensor& attn_mask);

@@ -39,6 +39,9 @@ std::vector<std::int64_t> preference_pairs(const std::vector<actors::RewardResul
 actors::TrainBatch dpo_batch(const actors::RolloutBatch& rollout, const TensorView& ref_logp,
                              const std::vector<std::int64_t>& pairs, double beta, bool ipo, std::int32_t micro_batches = 1);
 
+// Rows [begin, begin + n) of a batch: every [N, ...] tensor (tokens, masks, inputs) copied.
+actors::TrainBatch rows_of(const actors::TrainBatch& batch, std::int64_t begin, std::int64_t n);
+
 // A preference pair for a reward model: the prompt, a chosen answer and a rejected one.
 struct PreferencePair {
   Problem problem;

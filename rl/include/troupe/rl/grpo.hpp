@@ -55,7 +55,13 @@ struct GrpoConfig {
   // must give one advantage per sample (a per-token one, GAE, needs a critic: PPO).
   // What each step's update is: "grpo" (advantages, the objective below) or "dpo" (the step's own
   // samples as preference pairs, preference_pairs/dpo_batch, against the reference: online DPO).
+  // "ppo": a critic (the policy's architecture with a value head, its own AdamW, from the SFT
+  // trunk) and per-token GAE advantages over rewards that carry the KL penalty (ppo_update).
   std::string algorithm = "grpo";
+  double gae_gamma = 1.0, gae_lambda = 0.95;   // PPO's GAE
+  double value_clip = 0.2;                     // PPO's clipped value loss
+  actors::OptimConfig critic_optim;            // PPO's critic
+  std::int32_t mini_batches = 1;               // PPO: optimizer steps per epoch, each over 1/mini_batches of the rows
   double dpo_beta = 0.1;
   bool dpo_ipo = false;                  // IPO's squared loss instead of DPO's logistic one
   std::string advantage = "grpo";
@@ -166,6 +172,8 @@ class Grpo {
   std::vector<float> advantages(const std::vector<actors::RewardResult>& rewards);
   actors::TrainMetrics update(const actors::RolloutBatch& rollout, const TensorView& ref_logp,
                               const std::vector<float>& advantages);
+  actors::TrainMetrics ppo_update(const actors::RolloutBatch& rollout, const TensorView& ref_logp,
+                                  const std::vector<actors::RewardResult>& rewards);
   actors::TrainMetrics dpo_update(const actors::RolloutBatch& rollout, const TensorView& ref_logp,
                                   const std::vector<actors::RewardResult>& rewards);
   void sync_weights();
@@ -190,6 +198,7 @@ class Grpo {
   int engines_ = 1;                           // the last step's
   ActorRef<actors::Reference> reference_;
   ActorRef<actors::Reward> reward_;
+  std::optional<ActorRef<actors::Trainer>> critic_;   // algorithm = "ppo"
   std::optional<ActorRef<actors::RewardModel>> reward_model_;   // reward = "model:PATH"
   std::optional<PlacementGroup> group_;   // worker_processes only; removed with the Grpo
 };

@@ -43,6 +43,18 @@ actors::ObjectiveOutput grpo_objective(const actors::ObjectiveInput& in);
 // Registers grpo_objective as "grpo" (also done at static initialisation; calling it is harmless).
 void register_grpo_objective();
 
+// PPO's policy objective (Schulman et al. 2017, arXiv:1707.06347, eq. 7) with per-token advantages
+// (GAE): clipped_policy_loss. inputs: "old_logp" [n, T], "advantages" [n, T] (or [n]), optionally
+// "ref_logp" (only reported: PPO puts the KL penalty in the rewards); option "clip_eps" (0.2).
+// Metrics: pg_loss, clip_fraction, kl. Registered as "ppo".
+actors::ObjectiveOutput ppo_objective(const actors::ObjectiveInput& in);
+
+// The critic's objective: clipped_value_loss of the model's "value" head, token-aligned
+// (actors::token_values_of), against inputs "returns" [n, T] with "old_values" [n, T] (the values
+// the returns were computed with); option "value_clip" (0.2). Metrics: value_loss,
+// value_clip_fraction. Registered as "value".
+actors::ObjectiveOutput value_objective(const actors::ObjectiveInput& in);
+
 // PPO's clipped value loss (the critic's; Schulman et al. 2017's baselines code, as OpenRLHF and
 // verl use it): with v_clip = old_values + clamp(values - old_values, -clip, clip),
 //   l_t = 0.5 * max((values_t - returns_t)^2, (v_clip_t - returns_t)^2)

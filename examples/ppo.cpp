@@ -1,0 +1,31 @@
+// examples/ppo: PPO (Schulman et al. 2017; Ouyang et al. 2022's recipe) on the demo task: after the
+// same SFT warm start, a critic (the policy's architecture with a value head, from the SFT trunk)
+// gives per-token values; each step's rewards (the verifier's at the last token, a per-token KL
+// penalty to the SFT policy) become GAE advantages and returns; the policy and the critic then take
+// updates_per_batch epochs of mini_batches steps each, side by side. Prints the same JSON line as
+// build/bin/grpo. With --reward model:PATH a RewardModel (build/bin/reward_model) gives the rewards.
+#include <troupe/rl.hpp>
+
+#include <iostream>
+#include <string>
+
+int main(int argc, char** argv) {
+  auto rt = troupe::init(argc, argv);
+  auto config = troupe::rl::GrpoConfig::demo();   // the demo's task, model, SFT and sampling
+  config.algorithm = "ppo";
+  config.kl_coef = 0.02;          // in the rewards, per token
+  config.updates_per_batch = 2;   // PPO epochs
+  config.mini_batches = 2;
+  config.optim.lr = 5e-4;
+  config.critic_optim.lr = 1e-3;
+  config.critic_optim.warmup_steps = 20;
+  config.run_dir = "runs/ppo";
+  try {   // --config FILE and any key from the command line: --set algo.steps=200, --set run.seed=2, ...
+    auto schema = troupe::rl::grpo_config_schema(config);
+    troupe::rl::apply_command_line(schema, argc, argv);
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "ppo: " << e.what() << "\n";
+    return 2;
+  }
+  return troupe::rl::run_and_report("ppo", rt, config);
+}
