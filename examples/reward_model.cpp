@@ -26,8 +26,9 @@ namespace {
 
 struct Settings {
   std::uint64_t seed = 1;
-  std::int32_t sft_steps = 300, group = 8, steps = 400, pairs_per_step = 64, eval_every = 100, threads = 1, per_prompt = 1;
-  std::size_t sample_prompts = 8192, heldout = 500;
+  // Defaults: the configuration README measures (0.92 held-out pair accuracy in ~5.5 min here).
+  std::int32_t sft_steps = 300, group = 8, steps = 12000, pairs_per_step = 64, eval_every = 2000, threads = 1, per_prompt = 8;
+  std::size_t sample_prompts = 20000, heldout = 500;
   double lr = 1e-3, margin = 0.0;
   std::string run_dir = "runs/reward_model";
 };

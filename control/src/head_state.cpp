@@ -501,8 +501,9 @@ void HeadState::after_release() {
     }
     place_pending();
     schedule_jobs();
-    if (!reconcile_elastic()) break;
+    if (!reconcile_elastic()) return;
   }
+  place_pending();   // members the last round created wait for room like the others
 }
 
 void HeadState::place_pending() {
