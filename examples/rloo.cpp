@@ -37,9 +37,11 @@ int main(int argc, char** argv) {
   auto config = troupe::rl::GrpoConfig::demo();   // the demo's task, model, SFT and batch shape
   config.advantage = "leave_one_out";
   config.run_dir = "runs/rloo";
-  try {   // --config FILE and any key from the command line: --set algo.steps=200, --set run.seed=2, ...
+  try {   // --config FILE, any key with --set algo.steps=200, and the common keys' flags (--seed 2, --steps, ...)
     auto schema = troupe::rl::grpo_config_schema(config);
-    troupe::rl::apply_command_line(schema, argc, argv);
+    troupe::rl::apply_program_command_line(schema, argc, argv,
+                                           {{"--seed", "run.seed"}, {"--steps", "algo.steps"}, {"--run-dir", "run.run_dir"},
+                                            {"--reward", "algo.reward"}, {"--rollouts", "placement.rollouts"}});
   } catch (const std::invalid_argument& e) {
     std::cerr << "rloo: " << e.what() << "\n";
     return 2;

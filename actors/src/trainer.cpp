@@ -162,6 +162,21 @@ TensorView Trainer::head_values(SequenceBatch batch, std::string head) {
   return to_view(token_values_of(it->second).contiguous());
 }
 
+std::vector<std::string> Trainer::load_trunk_as(std::string path, std::string file_head, std::string head) {
+  auto file = read_safetensors(path);
+  const std::string from = file_head + "_head.", to = head + "_head.";
+  bool found = false;
+  for (auto& [name, t] : file.tensors) {
+    if (name.rfind(from, 0) != 0) continue;
+    name = to + name.substr(from.size());
+    found = true;
+  }
+  if (!found) throw std::invalid_argument("load_trunk_as: " + path + " has no '" + file_head + "' head");
+  auto kept = impl_->policy.load_trunk(file.tensors);
+  impl_->optimizer = AdamW(impl_->policy.parameters(), impl_->config.optim);
+  return kept;
+}
+
 std::vector<std::string> Trainer::load_trunk(std::string path) {
   auto kept = impl_->policy.load_trunk(read_safetensors(path).tensors);
   impl_->optimizer = AdamW(impl_->policy.parameters(), impl_->config.optim);

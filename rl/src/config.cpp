@@ -2,6 +2,7 @@
 
 #include <toml++/toml.h>
 
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <fstream>
@@ -177,6 +178,32 @@ void apply_command_line(ConfigSchema& schema, int argc, const char* const* argv)
   for (const auto& s : sets) schema.set(s);
 }
 
+void apply_program_command_line(ConfigSchema& schema, int argc, const char* const* argv,
+                                const std::map<std::string, std::string>& flags) {
+  std::vector<std::pair<std::string, std::string>> given;   // (key, value) of the program's flags
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--config" || a == "--set" || a == "--address" || a.rfind("--troupe-", 0) == 0) {   // a value follows
+      if (a.find('=') == std::string::npos) ++i;
+      continue;
+    }
+    if (a.rfind("--config=", 0) == 0 || a.rfind("--set=", 0) == 0) continue;
+    const auto eq = a.find('=');
+    const std::string name = a.substr(0, eq);
+    auto it = flags.find(name);
+    if (it == flags.end()) throw std::invalid_argument("unknown argument '" + a + "' (use --config FILE or --set KEY=VALUE)");
+    if (eq != std::string::npos) given.emplace_back(it->second, a.substr(eq + 1));
+    else if (i + 1 < argc) given.emplace_back(it->second, argv[++i]);
+    else throw std::invalid_argument(name + " needs a value");
+  }
+  apply_command_line(schema, argc, argv);
+  for (const auto& [key, value] : given) {
+    const bool text = value.empty() || !(std::isdigit(static_cast<unsigned char>(value[0])) || value[0] == '-' ||
+                                         value == "true" || value == "false");
+    schema.set(key + "=" + (text ? "'" + value + "'" : value));
+  }
+}
+
 ConfigSchema grpo_config_schema(GrpoConfig& c) {
   ConfigSchema s;
   s.add("task.spec", &c.task, "the verifiable task, e.g. addition:1-3 (operands of 1 to 3 digits)");
@@ -204,6 +231,7 @@ ConfigSchema grpo_config_schema(GrpoConfig& c) {
   s.add("algo.gae_lambda", &c.gae_lambda, "PPO: GAE's lambda");
   s.add("algo.value_clip", &c.value_clip, "PPO: the critic's value-loss clip");
   s.add("algo.critic_lr", &c.critic_optim.lr, "PPO: the critic's learning rate");
+  s.add("algo.critic_init", &c.critic_init, "PPO: empty, the critic starts from the SFT trunk; or a reward model's file (its trunk and score head)");
   s.add("algo.mini_batches", &c.mini_batches, "PPO: optimizer steps per epoch over the batch (updates_per_batch epochs)");
   s.add("algo.dpo_ipo", &c.dpo_ipo, "IPO's loss instead of DPO's");
   s.add("algo.advantage", &c.advantage, "advantage estimator: grpo, rloo, reinforce++, reinforce++_baseline, or the program's own");

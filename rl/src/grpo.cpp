@@ -82,6 +82,8 @@ Grpo::Grpo(Runtime& rt, GrpoConfig config) : rt_(rt), config_(std::move(config))
     throw std::invalid_argument("unknown algorithm '" + config_.algorithm + "' (grpo, ppo or dpo)");
   }
   if (config_.mini_batches < 1) throw std::invalid_argument("mini_batches must be at least 1");
+  if (!config_.critic_init.empty() && !std::filesystem::is_regular_file(config_.critic_init))
+    throw std::invalid_argument("critic init file '" + config_.critic_init + "' does not exist");
   advantage_ = find_advantage_estimator(config_.advantage);   // an unknown name fails here, not at step 1
   rollouts_ = RolloutRange::parse(config_.rollouts);
   if (config_.reward != "rule" && config_.reward.rfind("model:", 0) != 0)
@@ -167,7 +169,11 @@ void Grpo::warm_start() {
   }
   trainer_.call(&actors::Trainer::save_weights, sft_weights_path(config_)).get();
   trainer_.call(&actors::Trainer::set_optimizer, config_.optim).get();
-  if (critic_) critic_->call(&actors::Trainer::load_trunk, sft_weights_path(config_)).get();   // the SFT trunk, a fresh value head
+  if (critic_ && config_.critic_init.empty()) {
+    critic_->call(&actors::Trainer::load_trunk, sft_weights_path(config_)).get();   // the SFT trunk, a fresh value head
+  } else if (critic_) {   // a reward model's trunk, its score head as the value head
+    critic_->call(&actors::Trainer::load_trunk_as, config_.critic_init, std::string("score"), std::string("value")).get();
+  }
   sync_weights();
   start_reference();
 }

@@ -106,3 +106,23 @@ TEST_CASE("a job's later attempt resumes from the newest checkpoint, its first a
   CHECK(troupe::rl::for_job_attempt(c).resume);
   ::unsetenv("TROUPE_JOB_ATTEMPT");
 }
+
+TEST_CASE("a program's command line: its flags set their keys, --troupe-* flags pass, anything else is refused by name") {
+  auto c = GrpoConfig::demo();
+  auto schema = grpo_config_schema(c);
+  const char* argv[] = {"ppo", "--troupe-log-level", "warn", "--set", "algo.kl_coef=0.5", "--seed", "7",
+                        "--critic-init=/x/rm.safetensors", "--address", "127.0.0.1:1"};
+  apply_program_command_line(schema, 10, argv, {{"--seed", "run.seed"}, {"--critic-init", "algo.critic_init"}});
+  CHECK(c.seed == 7);
+  CHECK(c.critic_init == "/x/rm.safetensors");
+  CHECK(c.kl_coef == doctest::Approx(0.5));
+  const char* bad[] = {"ppo", "--stpes", "3"};
+  try {
+    apply_program_command_line(schema, 3, bad, {{"--steps", "algo.steps"}});
+    FAIL("a mistyped flag was accepted");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()).find("--stpes") != std::string::npos);
+  }
+  const char* dangling[] = {"ppo", "--steps"};
+  CHECK_THROWS_AS(apply_program_command_line(schema, 2, dangling, {{"--steps", "algo.steps"}}), std::invalid_argument);
+}

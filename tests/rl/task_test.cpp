@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <set>
 
@@ -238,6 +239,19 @@ TEST_CASE("reward-model pairs: the correct answer against wrong, well-formed sam
   REQUIRE(scores.size() == 4);
   CHECK(scores[0] > scores[1]);
   CHECK(scores[2] > scores[3]);
+  // A critic started from it (PPO's --set algo.critic_init=PATH): its trunk, its score head as the value head.
+  troupe::actors::PolicyConfig critic = model;
+  critic.scalar_heads = {"value"};
+  troupe::actors::Trainer from_rm(troupe::actors::TrainerConfig{critic, optim, 1});
+  CHECK(from_rm.load_trunk_as(file, "score", "value").empty());
+  const auto rm_weights = trainer.weights(), critic_weights = from_rm.weights();
+  REQUIRE(rm_weights.names.size() == critic_weights.names.size());
+  for (std::size_t i = 0; i < rm_weights.names.size(); ++i) {
+    CHECK(critic_weights.names[i] == (rm_weights.names[i].rfind("score_head.", 0) == 0 ? "value" + rm_weights.names[i].substr(5)
+                                                                                       : rm_weights.names[i]));
+    CHECK(std::memcmp(rm_weights.tensors[i].data, critic_weights.tensors[i].data, rm_weights.tensors[i].nbytes()) == 0);
+  }
+  CHECK_THROWS_AS(from_rm.load_trunk_as(file, "value", "value"), std::invalid_argument);   // the file has no value head
   std::filesystem::remove_all(path);
   // A model without a score head cannot be a reward model.
   model.scalar_heads.clear();

@@ -51,6 +51,9 @@ class Trainer {
   // model or critic from an SFT policy); the optimizer's state restarts. Returns the scalar heads
   // left at their initial weights.
   std::vector<std::string> load_trunk(std::string path);
+  // The same, with the file's scalar head `file_head` as this model's head `head` (a critic
+  // started from a reward model: its score head as the value head, as OpenRLHF does).
+  std::vector<std::string> load_trunk_as(std::string path, std::string file_head, std::string head);
   // The scalar head `head` over `batch`, token-aligned (token_values_of): [N, T] f32, no gradients
   // (a critic's values for GAE). Throws std::invalid_argument for a head the model lacks.
   TensorView head_values(SequenceBatch batch, std::string head);
@@ -63,4 +66,4 @@ class Trainer {
 }  // namespace troupe::actors
 
 TROUPE_ACTOR(troupe::actors::Trainer, train_step, weights, set_optimizer, publish_to, policy_version,
-             save_checkpoint, load_checkpoint, save_weights, load_trunk, head_values);
+             save_checkpoint, load_checkpoint, save_weights, load_trunk, load_trunk_as, head_values);

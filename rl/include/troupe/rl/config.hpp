@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <variant>
 #include <vector>
@@ -50,5 +51,12 @@ ConfigSchema grpo_config_schema(GrpoConfig& config);
 // in order (also "--config=FILE", "--set=KEY=VALUE"); other arguments are left for the program.
 // Throws std::invalid_argument as load_file and set do.
 void apply_command_line(ConfigSchema& schema, int argc, const char* const* argv);
+
+// The whole command line of a program with no flags of its own: --config and --set as above,
+// each `flags` entry ("--critic-init" -> "algo.critic_init") as `--flag VALUE` setting that key
+// (after the --set keys), the runtime's --troupe-* flags left alone. Any other argument is an
+// error naming it (std::invalid_argument), so a mistyped flag never passes silently.
+void apply_program_command_line(ConfigSchema& schema, int argc, const char* const* argv,
+                                const std::map<std::string, std::string>& flags);
 
 }  // namespace troupe::rl

@@ -61,6 +61,8 @@ struct GrpoConfig {
   double gae_gamma = 1.0, gae_lambda = 0.95;   // PPO's GAE
   double value_clip = 0.2;                     // PPO's clipped value loss
   actors::OptimConfig critic_optim;            // PPO's critic
+  std::string critic_init;                     // PPO: "" starts the critic from the SFT trunk; a reward
+                                               // model's file (build/bin/reward_model) from its trunk and score head
   std::int32_t mini_batches = 1;               // PPO: optimizer steps per epoch, each over 1/mini_batches of the rows
   double dpo_beta = 0.1;
   bool dpo_ipo = false;                  // IPO's squared loss instead of DPO's logistic one
