@@ -164,23 +164,21 @@ TensorView Trainer::head_values(SequenceBatch batch, std::string head) {
 
 std::vector<std::string> Trainer::load_trunk_as(std::string path, std::string file_head, std::string head) {
   auto file = read_safetensors(path);
-  const std::string from = file_head + "_head.", to = head + "_head.";
-  bool found = false;
-  for (auto& [name, t] : file.tensors) {
-    if (name.rfind(from, 0) != 0) continue;
-    name = to + name.substr(from.size());
-    found = true;
+  if (!file_head.empty()) {   // the file must have that head; it becomes this model's `head`
+    const std::string from = file_head + "_head.", to = head + "_head.";
+    bool found = false;
+    for (auto& [name, t] : file.tensors) {
+      if (name.rfind(from, 0) != 0) continue;
+      name = to + name.substr(from.size());
+      found = true;
+    }
+    if (!found) throw std::invalid_argument("load_trunk_as: " + path + " has no '" + file_head + "' head");
   }
-  if (!found) throw std::invalid_argument("load_trunk_as: " + path + " has no '" + file_head + "' head");
   auto kept = impl_->policy.load_trunk(file.tensors);
-  impl_->optimizer = AdamW(impl_->policy.parameters(), impl_->config.optim);
+  impl_->optimizer = AdamW(impl_->policy.parameters(), impl_->config.optim);   // fresh moments for the new weights
   return kept;
 }
 
-std::vector<std::string> Trainer::load_trunk(std::string path) {
-  auto kept = impl_->policy.load_trunk(read_safetensors(path).tensors);
-  impl_->optimizer = AdamW(impl_->policy.parameters(), impl_->config.optim);
-  return kept;
-}
+std::vector<std::string> Trainer::load_trunk(std::string path) { return load_trunk_as(std::move(path), "", ""); }
 
 }  // namespace troupe::actors

@@ -208,7 +208,6 @@ actors::RolloutBatch Grpo::generate(const std::vector<Problem>& problems) {
   req.samples_per_prompt = config_.group_size;
   req.sampling = actors::SamplingParams{config_.temperature, config_.top_p, std::int32_t(task_->max_answer_chars() + 1),
                                         tokenizer_->eos_id(), step_seed(config_.seed, state_.step)};
-  for (const auto& p : req.prompts) req.prompt_width = std::max(req.prompt_width, std::int32_t(p.size()));
   return pool_->generate(req, &engines_);
 }
 

@@ -39,8 +39,6 @@ RolloutRange RolloutRange::parse(const std::string& text) {
   return r;
 }
 
-std::string RolloutRange::to_string() const { return std::to_string(min) + ":" + std::to_string(max); }
-
 RolloutPool::RolloutPool(Runtime& rt, ActorRef<actors::RolloutEngine> engine0, ActorRef<WeightStore> store, RolloutRange range,
                          const Options& member, const actors::RolloutConfig& config, std::chrono::milliseconds wait)
     : engine0_(std::move(engine0)), store_(std::move(store)) {
@@ -81,6 +79,8 @@ actors::RolloutBatch RolloutPool::generate(const actors::GenerateRequest& whole,
   const std::size_t k = std::min(n, 1 + members());
   if (engines != nullptr) *engines = int(std::max<std::size_t>(1, k));
   if (k <= 1) return engine0_.call(&actors::RolloutEngine::generate, whole).get();
+  std::int32_t width = whole.prompt_width;   // one width for every part: the whole batch's
+  for (const auto& p : whole.prompts) width = std::max(width, std::int32_t(p.size()));
 
   std::vector<std::int64_t> costs(n);   // the tokens each prompt's samples will hold
   for (std::size_t i = 0; i < n; ++i)
@@ -92,7 +92,7 @@ actors::RolloutBatch RolloutPool::generate(const actors::GenerateRequest& whole,
     auto& r = requests[j];
     r.samples_per_prompt = whole.samples_per_prompt;
     r.sampling = whole.sampling;
-    r.prompt_width = whole.prompt_width;
+    r.prompt_width = width;
     for (std::size_t i : split.members[j]) {
       r.prompts.push_back(whole.prompts[i]);
       r.prompt_index.push_back(whole.prompt_index.empty() ? std::int64_t(i) : whole.prompt_index[i]);   // keys its samples

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -104,11 +105,12 @@ int main(int argc, char** argv) {
     });
     std::size_t shown = 0;
     for (;;) {
+      // The size and the replies of one call, so of one epoch (a separate size() could see the next).
       auto replies = group.call_all(&Echo::say, std::string("ping")).result();
-      const std::size_t n = group.size();
-      if (replies.ok() && n != shown) {
-        std::cout << "size " << n << " epoch " << group.epoch() << " replies " << replies->size() << std::endl;
-        shown = n;
+      if (replies.ok() && replies->size() != shown) {
+        const auto answered = std::count_if(replies->begin(), replies->end(), [](const auto& r) { return r.ok(); });
+        std::cout << "size " << replies->size() << " epoch " << group.epoch() << " replies " << answered << std::endl;
+        shown = replies->size();
       }
       ::usleep(50000);
     }

@@ -179,11 +179,15 @@ class ActorGroup {
   // The same call on every member; results indexed by member (Future<void> for void methods).
   template <class M, class... A>
   auto call_all(M method, const A&... args) const {
-    using R = typename detail::MethodTraits<M>::Result;
-    std::vector<Future<R>> fs;
+    return when_all(call_each(method, args...));
+  }
+  // The same call on every member, a future each (in member order).
+  template <class M, class... A>
+  std::vector<Future<typename detail::MethodTraits<M>::Result>> call_each(M method, const A&... args) const {
+    std::vector<Future<typename detail::MethodTraits<M>::Result>> fs;
     fs.reserve(members_.size());
     for (auto& m : members_) fs.push_back(m.call(method, args...));
-    return when_all(std::move(fs));
+    return fs;
   }
 
   // Member i receives shards[i] as the method's one argument; shards.size() must equal size().

@@ -116,10 +116,7 @@ class ElasticGroup {
     using R = typename detail::MethodTraits<M>::Result;
     auto g = refresh();
     if (g.size() < s_->min) return make_error_future<std::vector<Result<R>>>(below_min(g.size()));
-    std::vector<Future<R>> fs;
-    fs.reserve(g.size());
-    for (const auto& m : g) fs.push_back(m.call(method, args...));
-    return when_all_results(std::move(fs));
+    return when_all_results(g.call_each(method, args...));
   }
   template <class M, class S>
   auto scatter(M method, std::vector<S> shards) const {

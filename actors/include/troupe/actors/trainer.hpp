@@ -52,7 +52,8 @@ class Trainer {
   // left at their initial weights.
   std::vector<std::string> load_trunk(std::string path);
   // The same, with the file's scalar head `file_head` as this model's head `head` (a critic
-  // started from a reward model: its score head as the value head, as OpenRLHF does).
+  // started from a reward model: its score head as the value head, as OpenRLHF does); an empty
+  // file_head is load_trunk. Throws std::invalid_argument when the file lacks `file_head`.
   std::vector<std::string> load_trunk_as(std::string path, std::string file_head, std::string head);
   // The scalar head `head` over `batch`, token-aligned (token_values_of): [N, T] f32, no gradients
   // (a critic's values for GAE). Throws std::invalid_argument for a head the model lacks.

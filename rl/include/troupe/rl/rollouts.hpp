@@ -31,7 +31,6 @@ struct RolloutRange {
   int min = 1, max = 1;
   // "MIN:MAX" (or "N" for N:N). Throws std::invalid_argument naming the text.
   static RolloutRange parse(const std::string& text);
-  std::string to_string() const;
 };
 
 class RolloutPool {
@@ -48,7 +47,8 @@ class RolloutPool {
   // Every engine pulls the store's latest version; returns engine 0's policy version. A member
   // that left meanwhile is skipped; one that joins later pulls the latest in its on_join.
   std::int64_t pull_weights();
-  // The whole request sampled across the engines; *engines receives how many took part.
+  // The whole request sampled across the engines (its prompts left-padded to whole.prompt_width,
+  // or to its longest prompt when that is 0); *engines receives how many took part.
   actors::RolloutBatch generate(const actors::GenerateRequest& whole, int* engines = nullptr);
   std::size_t members() const;   // the group's members in this epoch (engine 0 not counted)
 
@@ -57,7 +57,7 @@ class RolloutPool {
   ActorRef<WeightStore> store_;
   std::optional<ElasticGroup<actors::RolloutEngine>> group_;
   bool published_ = false;   // a version exists for on_join to pull
-  std::int64_t version_ = 0; // engine 0's, after the last pull_weights
+  std::int64_t version_ = 0;   // engine 0's, after the last pull_weights
 };
 
 }  // namespace troupe::rl

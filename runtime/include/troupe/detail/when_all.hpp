@@ -1,4 +1,4 @@
-// when_all: completes once every input has; the first error by index wins.
+// when_all and when_all_results: complete once every input has.
 #pragma once
 
 #include <atomic>
@@ -6,10 +6,12 @@
 #include <vector>
 
 namespace troupe {
+namespace detail {
 
-template <class T>
-Future<std::conditional_t<std::is_void_v<T>, void, std::vector<T>>> when_all(std::vector<Future<T>> fs) {
-  using R = std::conditional_t<std::is_void_v<T>, void, std::vector<T>>;
+// Calls finish(inputs) once every input future has completed (at once for none); R is the
+// returned future's type, set by finish through the promise it is given.
+template <class R, class T, class Finish>
+Future<R> join_all(std::vector<Future<T>> fs, Finish finish) {
   struct Join {
     std::vector<Future<T>> inputs;
     std::atomic<std::size_t> left;
@@ -18,56 +20,50 @@ Future<std::conditional_t<std::is_void_v<T>, void, std::vector<T>>> when_all(std
   auto join = std::make_shared<Join>();
   join->left = fs.size();
   join->inputs = std::move(fs);
-  auto finish = [join] {
-    for (auto& f : join->inputs) {
-      if (f.state()->has_error()) { join->out.set_error(f.state()->error()); return; }
-    }
-    if constexpr (std::is_void_v<T>) {
-      join->out.set_value();
-    } else {
-      std::vector<T> values;
-      values.reserve(join->inputs.size());
-      for (auto& f : join->inputs) values.push_back(std::move(f.state()->value()));
-      join->out.set_value(std::move(values));
-    }
-  };
-  if (join->inputs.empty()) { finish(); return join->out.future(); }
+  auto done = [join, finish] { finish(join->inputs, join->out); };
+  if (join->inputs.empty()) { done(); return join->out.future(); }
   for (auto& f : join->inputs) {
-    f.state()->on_ready([join, finish] {
-      if (join->left.fetch_sub(1, std::memory_order_acq_rel) == 1) finish();
+    f.state()->on_ready([join, done] {
+      if (join->left.fetch_sub(1, std::memory_order_acq_rel) == 1) done();
     });
   }
   return join->out.future();
 }
 
-// when_all_results: completes once every input has, with each input's own value or error.
+}  // namespace detail
+
+// The first error by index wins.
+template <class T>
+Future<std::conditional_t<std::is_void_v<T>, void, std::vector<T>>> when_all(std::vector<Future<T>> fs) {
+  using R = std::conditional_t<std::is_void_v<T>, void, std::vector<T>>;
+  return detail::join_all<R>(std::move(fs), [](std::vector<Future<T>>& inputs, Promise<R>& out) {
+    for (auto& f : inputs) {
+      if (f.state()->has_error()) { out.set_error(f.state()->error()); return; }
+    }
+    if constexpr (std::is_void_v<T>) {
+      out.set_value();
+    } else {
+      std::vector<T> values;
+      values.reserve(inputs.size());
+      for (auto& f : inputs) values.push_back(std::move(f.state()->value()));
+      out.set_value(std::move(values));
+    }
+  });
+}
+
+// Each input's own value or error.
 template <class T>
 Future<std::vector<Result<T>>> when_all_results(std::vector<Future<T>> fs) {
-  struct Join {
-    std::vector<Future<T>> inputs;
-    std::atomic<std::size_t> left;
-    Promise<std::vector<Result<T>>> out;
-  };
-  auto join = std::make_shared<Join>();
-  join->left = fs.size();
-  join->inputs = std::move(fs);
-  auto finish = [join] {
+  return detail::join_all<std::vector<Result<T>>>(std::move(fs), [](std::vector<Future<T>>& inputs, Promise<std::vector<Result<T>>>& out) {
     std::vector<Result<T>> results;
-    results.reserve(join->inputs.size());
-    for (auto& f : join->inputs) {
+    results.reserve(inputs.size());
+    for (auto& f : inputs) {
       if (f.state()->has_error()) results.emplace_back(f.state()->error());
       else if constexpr (std::is_void_v<T>) results.emplace_back();
       else results.emplace_back(std::move(f.state()->value()));
     }
-    join->out.set_value(std::move(results));
-  };
-  if (join->inputs.empty()) { finish(); return join->out.future(); }
-  for (auto& f : join->inputs) {
-    f.state()->on_ready([join, finish] {
-      if (join->left.fetch_sub(1, std::memory_order_acq_rel) == 1) finish();
-    });
-  }
-  return join->out.future();
+    out.set_value(std::move(results));
+  });
 }
 
 }  // namespace troupe
