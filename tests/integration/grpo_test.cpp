@@ -70,15 +70,16 @@ TEST_CASE("GRPO in worker processes takes the same steps as in-process") {
   }
 }
 
-// The sizes of a short run whose steps take long enough for nodes to join and die during it.
-const std::vector<std::string> kElasticRun{"--steps", "150", "--sft-steps", "100", "--heldout-size", "100", "--train-size", "400",
+// The sizes of a short run whose steps take long enough for nodes to join and die during it (150
+// steps were too few under ctest -j2 once: the run ended before the second member served).
+const std::vector<std::string> kElasticRun{"--steps", "300", "--sft-steps", "100", "--heldout-size", "100", "--train-size", "400",
                                            "--prompts", "16", "--eval-every", "25"};
 
 TEST_CASE("GRPO draws the same samples on 1 rollout engine, on 3, and on an elastic group that goes 1 -> 3 -> 2 mid-run") {
   test_support::TempDir dir("troupe-grpo-elastic");
   const std::string& root = dir.path;
   auto one = run_grpo(root + "/one", false, kElasticRun);
-  REQUIRE(one.size() == 150);
+  REQUIRE(one.size() == 300);
   CHECK(one.back()["rollout_engines"] == 1);
 
   // Engine 0 in this process and two more in worker processes of the embedded node.
