@@ -9,12 +9,12 @@
 
 int main(int argc, char** argv) {
   auto rt = troupe::init(argc, argv);
-  auto config = troupe::rl::GrpoConfig::demo();   // the demo's task, model, SFT and sampling
+  auto config = troupe::rl::RunConfig::demo();   // the demo's task, model, SFT and sampling
   config.algorithm = "dpo";
   config.dpo_beta = 0.1;
   config.run_dir = "runs/dpo";
   try {   // --config FILE, any key with --set algo.steps=200, and the common keys' flags (--seed 2, --steps, ...)
-    auto schema = troupe::rl::grpo_config_schema(config);
+    auto schema = troupe::rl::run_config_schema(config);
     troupe::rl::apply_program_command_line(schema, argc, argv,
                                            {{"--seed", "run.seed"}, {"--steps", "algo.steps"}, {"--run-dir", "run.run_dir"},
                                             {"--reward", "algo.reward"}, {"--rollouts", "placement.rollouts"}});

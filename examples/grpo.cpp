@@ -2,7 +2,7 @@
 // start, then GRPO as an actor graph (trainer, rollout engine, reference, reward) on the embedded
 // cluster. Prints a live progress line on stderr and, as its last stdout line, one JSON object:
 //   {"sft_heldout_acc":..,"final_heldout_acc":..,"steps":..,"seconds":..,"metrics":"..","plot":"..",...}
-// Settings: GrpoConfig::demo() (also shipped as examples/configs/grpo.toml), then a --config FILE's
+// Settings: RunConfig::demo() (also shipped as examples/configs/grpo.toml), then a --config FILE's
 // keys, then each --set KEY=VALUE, then the flags below; --troupe-* flags configure the runtime.
 #include <cmath>
 #include <iostream>
@@ -17,10 +17,10 @@
 
 namespace {
 
-troupe::rl::GrpoConfig parse(int argc, char** argv) {
-  auto c = troupe::rl::GrpoConfig::demo();
+troupe::rl::RunConfig parse(int argc, char** argv) {
+  auto c = troupe::rl::RunConfig::demo();
   try {   // the file and the --set keys first, so that a flag given too wins over them
-    auto schema = troupe::rl::grpo_config_schema(c);
+    auto schema = troupe::rl::run_config_schema(c);
     troupe::rl::apply_command_line(schema, argc, argv);
   } catch (const std::invalid_argument& e) {
     std::cerr << "grpo: " << e.what() << "\n";
@@ -73,7 +73,7 @@ troupe::rl::GrpoConfig parse(int argc, char** argv) {
   if (threads_flag->count() > 0) c.trainer_threads = c.rollout_threads = c.reference_threads = threads;
   if (print_config) {
     std::cout << "# build/bin/grpo's configuration (grpo --print-config); run it with grpo --config FILE\n"
-              << troupe::rl::grpo_config_schema(c).to_toml();
+              << troupe::rl::run_config_schema(c).to_toml();
     std::exit(0);
   }
   return c;

@@ -11,7 +11,7 @@
 
 int main(int argc, char** argv) {
   auto rt = troupe::init(argc, argv);
-  auto config = troupe::rl::GrpoConfig::demo();   // the demo's task, model, SFT and sampling
+  auto config = troupe::rl::RunConfig::demo();   // the demo's task, model, SFT and sampling
   config.algorithm = "ppo";
   config.kl_coef = 0.02;          // in the rewards, per token
   config.updates_per_batch = 2;   // PPO epochs
@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
   config.critic_optim.warmup_steps = 20;
   config.run_dir = "runs/ppo";
   try {   // --config FILE, any key with --set algo.steps=200, and the common keys' flags (--seed 2, --steps, ...)
-    auto schema = troupe::rl::grpo_config_schema(config);
+    auto schema = troupe::rl::run_config_schema(config);
     troupe::rl::apply_program_command_line(schema, argc, argv,
                                            {{"--seed", "run.seed"}, {"--steps", "algo.steps"}, {"--run-dir", "run.run_dir"},
                                             {"--reward", "algo.reward"}, {"--rollouts", "placement.rollouts"}, {"--critic-init", "algo.critic_init"}});

@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
   try {
     std::filesystem::create_directories(s.run_dir);
     const std::string dir = std::filesystem::absolute(s.run_dir).string();
-    const rl::GrpoConfig demo = rl::GrpoConfig::demo();
+    const rl::RunConfig demo = rl::RunConfig::demo();
     const auto task = rl::make_task(demo.task);
     const ta::CharTokenizer tok(task->alphabet());
     ta::PolicyConfig policy = demo.policy;

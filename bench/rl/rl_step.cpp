@@ -1,6 +1,6 @@
 // rl_step: the cost of running GRPO as an actor graph. The same steps of the demo configuration run
 // twice, interleaved step by step so that machine load drifts hit both alike:
-//   troupe  Grpo::step(): four actors on their own threads, every call msgpack-encoded;
+//   troupe  Run::step(): four actors on their own threads, every call msgpack-encoded;
 //   plain   the same actor classes as plain objects, called directly in one thread (no runtime).
 // Both start from the same weights and draw the same prompts and seeds, so they do the same math
 // (`same_math` checks the rewards and losses match step for step). Prints one JSON object:
@@ -25,10 +25,10 @@ using namespace troupe;
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// The step loop of Grpo::step, written out with direct calls.
+// The step loop of GRPO (rl/src/grpo.cpp), written out with direct calls.
 class PlainLoop {
  public:
-  explicit PlainLoop(const rl::GrpoConfig& c)
+  explicit PlainLoop(const rl::RunConfig& c)
       : config_(c),
         task_(rl::make_task(c.task)),
         tokenizer_(task_->alphabet()),
@@ -70,7 +70,7 @@ class PlainLoop {
   }
 
  private:
-  rl::GrpoConfig config_;
+  rl::RunConfig config_;
   std::unique_ptr<rl::Task> task_;
   actors::CharTokenizer tokenizer_;
   rl::Dataset data_;
@@ -118,12 +118,12 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "untimed steps first");
   CLI11_PARSE(app, argc, argv);
 
-  auto config = rl::GrpoConfig::demo();
+  auto config = rl::RunConfig::demo();
   config.sft.steps = 0;   // the step's cost does not depend on what the weights know
   config.verbose = false;
   config.run_dir = (std::filesystem::temp_directory_path() / ("troupe_bench_rl_step-" + std::to_string(::getpid()))).string();
   std::filesystem::remove_all(config.run_dir);
-  rl::Grpo grpo(rt, config);
+  rl::Run grpo(rt, config);
   grpo.warm_start();
   PlainLoop plain(grpo.config());
 

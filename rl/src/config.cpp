@@ -204,7 +204,7 @@ void apply_program_command_line(ConfigSchema& schema, int argc, const char* cons
   }
 }
 
-ConfigSchema grpo_config_schema(GrpoConfig& c) {
+ConfigSchema run_config_schema(RunConfig& c) {
   ConfigSchema s;
   s.add("task.spec", &c.task, "the verifiable task, e.g. addition:1-3 (operands of 1 to 3 digits)");
   s.add("task.train_size", &c.train_size, "train problems");
@@ -214,6 +214,7 @@ ConfigSchema grpo_config_schema(GrpoConfig& c) {
   s.add("model.d_model", &c.policy.d_model, "transformer width");
   s.add("model.heads", &c.policy.heads, "attention heads (divides d_model)");
   s.add("model.d_ff", &c.policy.d_ff, "feed-forward width; 0: 4 * d_model");
+  s.add("model.init_weights", &c.init_weights, "a policy's safetensors to start from (another run's sft.safetensors); empty: the seed's initial weights");
   s.add("algo.sft_steps", &c.sft.steps, "supervised warm-start steps; 0 skips it");
   s.add("algo.sft_batch_size", &c.sft.batch_size, "warm-start batch");
   s.add("algo.sft_lr", &c.sft.optim.lr, "warm-start learning rate");
@@ -225,13 +226,16 @@ ConfigSchema grpo_config_schema(GrpoConfig& c) {
   s.add("algo.top_p", &c.top_p, "nucleus sampling");
   s.add("algo.lr", &c.optim.lr, "RL learning rate");
   s.add("algo.max_grad_norm", &c.optim.max_grad_norm, "global gradient-norm clip; <= 0: none");
-  s.add("algo.name", &c.algorithm, "the update: grpo, ppo (a critic and GAE), or dpo (the step's samples as preference pairs)");
+  s.add("algo.name", &c.algorithm, "the algorithm: grpo, ppo (a critic and GAE), dpo (preference pairs of the policy's samples), or the program's own");
   s.add("algo.dpo_beta", &c.dpo_beta, "DPO's beta");
+  s.add("algo.dpo_round_steps", &c.dpo_round_steps, "DPO: new pairs from the current policy every this many steps (1: online; = steps: offline)");
   s.add("algo.gae_gamma", &c.gae_gamma, "PPO: GAE's discount");
   s.add("algo.gae_lambda", &c.gae_lambda, "PPO: GAE's lambda");
   s.add("algo.value_clip", &c.value_clip, "PPO: the critic's value-loss clip");
   s.add("algo.critic_lr", &c.critic_optim.lr, "PPO: the critic's learning rate");
   s.add("algo.critic_init", &c.critic_init, "PPO: empty, the critic starts from the SFT trunk; or a reward model's file (its trunk and score head)");
+  s.add("algo.kl_target", &c.kl_target, "PPO: the adaptive KL controller's target (nats per sample); <= 0: kl_coef stays fixed");
+  s.add("algo.kl_horizon", &c.kl_horizon, "PPO: the adaptive KL controller's horizon (samples)");
   s.add("algo.mini_batches", &c.mini_batches, "PPO: optimizer steps per epoch over the batch (updates_per_batch epochs)");
   s.add("algo.dpo_ipo", &c.dpo_ipo, "IPO's loss instead of DPO's");
   s.add("algo.advantage", &c.advantage, "advantage estimator: grpo, rloo, reinforce++, reinforce++_baseline, or the program's own");

@@ -1,7 +1,7 @@
-// Run configuration files: keys bound to GrpoConfig, read from TOML, set from the command line,
+// Run configuration files: keys bound to RunConfig, read from TOML, set from the command line,
 // written back; errors name the key and the line. The shipped demo file is the demo configuration.
 #include "troupe/rl/config.hpp"
-#include "troupe/rl/grpo.hpp"
+#include "troupe/rl/run.hpp"
 
 #include <cstdlib>
 #include <fstream>
@@ -10,8 +10,8 @@
 
 #include <doctest/doctest.h>
 
-using troupe::rl::GrpoConfig;
-using troupe::rl::grpo_config_schema;
+using troupe::rl::RunConfig;
+using troupe::rl::run_config_schema;
 
 namespace {
 
@@ -27,8 +27,8 @@ std::string refusal(const std::function<void()>& f) {
 }  // namespace
 
 TEST_CASE("a config file sets the keys it names, the others keep the demo's values") {
-  auto c = GrpoConfig::demo();
-  auto schema = grpo_config_schema(c);
+  auto c = RunConfig::demo();
+  auto schema = run_config_schema(c);
   schema.load_string("[algo]\nkl_coef = 0.02\ngroup_size = 4\n[task]\nspec = \"addition:1-3\"\n[run]\nresume = true\n"
                      "[model]\nlayers = 3\n[placement]\nworker_processes = true\n", "run.toml");
   CHECK(c.kl_coef == doctest::Approx(0.02));
@@ -37,7 +37,7 @@ TEST_CASE("a config file sets the keys it names, the others keep the demo's valu
   CHECK(c.resume);
   CHECK(c.policy.layers == 3);
   CHECK(c.worker_processes);
-  const auto demo = GrpoConfig::demo();
+  const auto demo = RunConfig::demo();
   CHECK(c.steps == demo.steps);   // not named: the demo's
   CHECK(c.optim.lr == doctest::Approx(demo.optim.lr));
   schema.load_string("algo.lr = 1\n");   // dotted keys; an integer for a float field
@@ -45,8 +45,8 @@ TEST_CASE("a config file sets the keys it names, the others keep the demo's valu
 }
 
 TEST_CASE("--set takes one key in TOML syntax, a bare string too") {
-  auto c = GrpoConfig::demo();
-  auto schema = grpo_config_schema(c);
+  auto c = RunConfig::demo();
+  auto schema = run_config_schema(c);
   schema.set("algo.kl_coef=0.5");
   schema.set("task.spec=addition:2-2");
   schema.set("run.run_dir=\"runs/x y\"");
@@ -61,8 +61,8 @@ TEST_CASE("--set takes one key in TOML syntax, a bare string too") {
 }
 
 TEST_CASE("an unknown key, a wrong type, a value out of range or bad syntax is refused, naming the key and the line") {
-  auto c = GrpoConfig::demo();
-  auto schema = grpo_config_schema(c);
+  auto c = RunConfig::demo();
+  auto schema = run_config_schema(c);
   const auto unknown = refusal([&] { schema.load_string("[algo]\nkl_coef = 0.1\nkl_coeff = 0.2\n", "run.toml"); });
   CHECK(unknown.find("run.toml:3") != std::string::npos);
   CHECK(unknown.find("algo.kl_coeff") != std::string::npos);
@@ -75,17 +75,17 @@ TEST_CASE("an unknown key, a wrong type, a value out of range or bad syntax is r
 }
 
 TEST_CASE("the written configuration reads back to the same values, and the shipped demo file is the demo") {
-  auto c = GrpoConfig::demo();
+  auto c = RunConfig::demo();
   c.kl_coef = 0.0123;
   c.temperature = 0.7f;
   c.task = "addition:1-3";
-  const std::string text = grpo_config_schema(c).to_toml();
-  GrpoConfig back;   // not the demo: every key must come from the text
-  grpo_config_schema(back).load_string(text);
-  CHECK(grpo_config_schema(back).to_toml() == text);
+  const std::string text = run_config_schema(c).to_toml();
+  RunConfig back;   // not the demo: every key must come from the text
+  run_config_schema(back).load_string(text);
+  CHECK(run_config_schema(back).to_toml() == text);
   CHECK(back.kl_coef == c.kl_coef);
   CHECK(back.temperature == c.temperature);
-  auto demo = GrpoConfig::demo();
+  auto demo = RunConfig::demo();
   std::ifstream shipped(TROUPE_SOURCE_DIR "/examples/configs/grpo.toml");
   REQUIRE(shipped);
   std::string file, line;
@@ -93,11 +93,11 @@ TEST_CASE("the written configuration reads back to the same values, and the ship
     if (file.empty() && line.rfind('#', 0) == 0) continue;   // the file's own heading
     file += line + "\n";
   }
-  CHECK(file == grpo_config_schema(demo).to_toml());   // if the demo changes: grpo --print-config > that file
+  CHECK(file == run_config_schema(demo).to_toml());   // if the demo changes: grpo --print-config > that file
 }
 
 TEST_CASE("a job's later attempt resumes from the newest checkpoint, its first attempt and a plain run do not") {
-  troupe::rl::GrpoConfig c;
+  troupe::rl::RunConfig c;
   ::unsetenv("TROUPE_JOB_ATTEMPT");
   CHECK_FALSE(troupe::rl::for_job_attempt(c).resume);
   ::setenv("TROUPE_JOB_ATTEMPT", "1", 1);
@@ -108,8 +108,8 @@ TEST_CASE("a job's later attempt resumes from the newest checkpoint, its first a
 }
 
 TEST_CASE("a program's command line: its flags set their keys, --troupe-* flags pass, anything else is refused by name") {
-  auto c = GrpoConfig::demo();
-  auto schema = grpo_config_schema(c);
+  auto c = RunConfig::demo();
+  auto schema = run_config_schema(c);
   const char* argv[] = {"ppo", "--troupe-log-level", "warn", "--set", "algo.kl_coef=0.5", "--seed", "7",
                         "--critic-init=/x/rm.safetensors", "--address", "127.0.0.1:1"};
   apply_program_command_line(schema, 10, argv, {{"--seed", "run.seed"}, {"--critic-init", "algo.critic_init"}});

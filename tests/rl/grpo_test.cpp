@@ -6,6 +6,9 @@
 
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <set>
+#include <algorithm>
 
 #include "support/temp_dir.hpp"
 #include "troupe/rl.hpp"
@@ -15,8 +18,8 @@ using namespace troupe::rl;
 namespace {
 
 // One-digit addition, a 1-layer model, a short warm start: seconds per run.
-GrpoConfig tiny(const std::string& run_dir) {
-  GrpoConfig c;
+RunConfig tiny(const std::string& run_dir) {
+  RunConfig c;
   c.task = "addition:1-1";
   c.train_size = 90;
   c.heldout_size = 10;
@@ -58,7 +61,7 @@ bool same_weights(const troupe::actors::Weights& a, const troupe::actors::Weight
 TEST_CASE("a short seeded GRPO run on one-digit addition raises its reward within 50 steps") {
   auto rt = troupe::Runtime::create().value();
   auto config = tiny("troupe_grpo_learns");
-  Grpo grpo(rt, config);
+  Run grpo(rt, config);
   grpo.warm_start();
   std::vector<StepRecord> records;
   for (int s = 0; s < config.steps; ++s) records.push_back(grpo.step());
@@ -75,17 +78,19 @@ TEST_CASE("a short seeded GRPO run on one-digit addition raises its reward withi
 namespace {
 
 // Runs `algorithm` 4 steps straight, and 2 + 2 with a stop and a resume between: the same weights
-// and the same metrics, step by step (a critic's state included for PPO).
-void check_resume_equals_no_stop(const std::string& algorithm) {
+// and the same metrics, step by step (a critic's state included for PPO, and its adaptive KL
+// coefficient; DPO's round of 3 steps, stopped inside it).
+void check_resume_equals_no_stop(const std::string& algorithm, const std::function<void(RunConfig&)>& configure = {}) {
   auto rt = troupe::Runtime::create().value();
   auto straight = tiny("troupe_" + algorithm + "_straight");
   straight.algorithm = algorithm;
+  if (configure) configure(straight);
   straight.steps = 4;
   straight.sft.steps = 10;
   straight.eval_every = 2;
   troupe::actors::Weights expected;
   {
-    Grpo grpo(rt, straight);
+    Run grpo(rt, straight);
     auto sum = grpo.run();
     CHECK(sum.steps == 4);
     expected = grpo.policy_weights();
@@ -95,7 +100,7 @@ void check_resume_equals_no_stop(const std::string& algorithm) {
   std::filesystem::remove_all(stopped.run_dir);
   stopped.stop_after = 2;
   {
-    Grpo grpo(rt, stopped);
+    Run grpo(rt, stopped);
     auto sum = grpo.run();
     CHECK(sum.stopped_early);
     CHECK(sum.steps == 2);
@@ -105,7 +110,7 @@ void check_resume_equals_no_stop(const std::string& algorithm) {
   resumed.resume = true;
   troupe::actors::Weights actual;
   {
-    Grpo grpo(rt, resumed);
+    Run grpo(rt, resumed);
     auto sum = grpo.run();
     CHECK(sum.steps == 4);
     CHECK(grpo.state().step == 4);
@@ -133,13 +138,17 @@ void check_resume_equals_no_stop(const std::string& algorithm) {
 TEST_CASE("a resumed run takes the same steps as an uninterrupted one (RL-2)") { check_resume_equals_no_stop("grpo"); }
 
 TEST_CASE("a resumed PPO run, its critic included, and a resumed DPO run take the same steps as uninterrupted ones") {
-  check_resume_equals_no_stop("ppo");
+  check_resume_equals_no_stop("ppo", [](RunConfig& c) {
+    c.kl_target = 0.01;   // far below what the policy drifts: the controller raises beta every step
+    c.kl_horizon = 500;
+  });
   check_resume_equals_no_stop("dpo");
+  check_resume_equals_no_stop("dpo", [](RunConfig& c) { c.dpo_round_steps = 3; });   // the stop falls inside a round
 }
 
 TEST_CASE("PPO: a short seeded run on the demo task raises its held-out accuracy, its critic learning the values") {
   auto rt = troupe::Runtime::create().value();
-  auto config = GrpoConfig::demo();   // held-out accuracy needs a task that generalises: the demo's, 60 steps
+  auto config = RunConfig::demo();   // held-out accuracy needs a task that generalises: the demo's, 60 steps
   config.algorithm = "ppo";
   config.steps = 60;
   config.eval_every = 0;
@@ -152,7 +161,7 @@ TEST_CASE("PPO: a short seeded run on the demo task raises its held-out accuracy
   config.critic_optim.warmup_steps = 20;
   config.run_dir = (std::filesystem::temp_directory_path() / ("troupe_ppo_learns-" + std::to_string(::getpid()))).string();
   std::filesystem::remove_all(config.run_dir);
-  Grpo grpo(rt, config);
+  Run grpo(rt, config);
   grpo.warm_start();
   const double before = grpo.evaluate().accuracy;
   std::vector<StepRecord> records;
@@ -165,4 +174,51 @@ TEST_CASE("PPO: a short seeded run on the demo task raises its held-out accuracy
   CHECK(records.back().values.at("value_loss") < records.front().values.at("value_loss"));
   CHECK(records.back().policy_version == records.front().policy_version + 2 * 2 * (config.steps - 1));   // epochs x mini-batches
   std::filesystem::remove_all(config.run_dir);
+}
+
+TEST_CASE("PPO's adaptive KL controller moves beta by the sampled KL, and offline DPO samples every pair from the SFT policy") {
+  auto rt = troupe::Runtime::create().value();
+  SUBCASE("ppo") {
+    auto config = tiny("troupe_ppo_adaptive_kl");
+    config.algorithm = "ppo";
+    config.steps = 3;
+    config.sft.steps = 10;
+    config.kl_coef = 0.05;
+    config.kl_target = 1e-4;   // the first step's KL is 0 (pi_old is pi_ref: beta falls), the others' above it
+    config.kl_horizon = 1000;
+    Run ppo(rt, config);
+    ppo.warm_start();
+    std::vector<StepRecord> records;
+    for (int s = 0; s < config.steps; ++s) records.push_back(ppo.step());
+    double beta = config.kl_coef;
+    for (const auto& r : records) {
+      CAPTURE(r.step);
+      CHECK(r.values.at("kl_coef") == doctest::Approx(beta).epsilon(1e-12));   // the beta this step's rewards carried
+      const double error = std::clamp(r.values.at("sampled_kl") / config.kl_target - 1.0, -0.2, 0.2);
+      beta *= 1.0 + error * double(config.prompts_per_step * config.group_size) / config.kl_horizon;
+    }
+    CHECK(records.back().values.at("kl_coef") != config.kl_coef);
+    CHECK(ppo.state().values.at("kl_coef") == doctest::Approx(beta).epsilon(1e-12));   // checkpointed with the run state
+    std::filesystem::remove_all(config.run_dir);
+  }
+  SUBCASE("offline dpo") {
+    auto config = tiny("troupe_dpo_offline");
+    config.algorithm = "dpo";
+    config.steps = 4;
+    config.sft.steps = 30;
+    config.dpo_round_steps = config.steps;   // one round: every pair from the SFT policy
+    Run dpo(rt, config);
+    dpo.warm_start();
+    const std::int64_t sft_version = dpo.state().policy_version;
+    std::vector<StepRecord> records;
+    for (int s = 0; s < config.steps; ++s) records.push_back(dpo.step());
+    std::set<std::string> digests;
+    for (const auto& r : records) {
+      CHECK(r.sample_version == sft_version);
+      digests.insert(r.samples_digest);
+    }
+    CHECK(digests.size() == records.size());   // each step its own prompts and seed
+    CHECK(records.back().policy_version > sft_version);
+    std::filesystem::remove_all(config.run_dir);
+  }
 }

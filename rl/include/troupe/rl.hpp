@@ -1,8 +1,8 @@
 // troupe/rl.hpp: what an RL program needs besides troupe/troupe.hpp. Torch-free.
 //
 //   auto rt = troupe::init(argc, argv);
-//   troupe::rl::Grpo grpo(rt, troupe::rl::GrpoConfig::demo());
-//   troupe::rl::RunSummary s = grpo.run();
+//   troupe::rl::Run run(rt, troupe::rl::RunConfig::demo());   // GRPO; algo.name picks another
+//   troupe::rl::RunSummary s = run.run();
 #pragma once
 
 #include "troupe/actors/reference.hpp"
@@ -12,12 +12,13 @@
 #include "troupe/actors/tokenizer.hpp"
 #include "troupe/actors/trainer.hpp"
 #include "troupe/rl/advantages.hpp"
+#include "troupe/rl/algorithms.hpp"
 #include "troupe/rl/batches.hpp"
 #include "troupe/rl/checkpoint.hpp"
 #include "troupe/rl/config.hpp"
-#include "troupe/rl/grpo.hpp"
 #include "troupe/rl/kl_controller.hpp"
 #include "troupe/rl/metrics.hpp"
 #include "troupe/rl/rollouts.hpp"
+#include "troupe/rl/run.hpp"
 #include "troupe/rl/task.hpp"
 #include "troupe/troupe.hpp"

@@ -1,10 +1,12 @@
 // Checkpoints of a run: <run_dir>/checkpoints/step-NNNNNN/ holds the Trainer's policy and optimizer
 // (safetensors) and state.json with everything else the next step depends on: the step, the data
 // cursor and the run seed (each step's sampling seed derives from seed and step, so no RNG stream
-// needs saving). A checkpoint directory appears atomically (written aside, then renamed).
+// needs saving), and the algorithm's own part (PPO's critic; DPO's unfinished round). A checkpoint
+// directory appears atomically (written aside, then renamed).
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -19,6 +21,7 @@ struct RunState {
   DataCursor cursor;
   double sft_heldout_acc = 0;
   double sft_heldout_format = 0;
+  std::map<std::string, double> values;   // an algorithm's scalars (PPO's adaptive KL coefficient)
 };
 
 std::string checkpoint_dir(const std::string& run_dir, std::int64_t step);

@@ -11,7 +11,7 @@
 #include <variant>
 #include <vector>
 
-#include "troupe/rl/grpo.hpp"
+#include "troupe/rl/run.hpp"
 
 namespace troupe::rl {
 
@@ -44,8 +44,8 @@ class ConfigSchema {
   std::vector<Entry> entries_;
 };
 
-// GrpoConfig's keys, in five parts: task.*, model.*, algo.* (SFT and GRPO), run.*, placement.*.
-ConfigSchema grpo_config_schema(GrpoConfig& config);
+// RunConfig's keys, in five parts: task.*, model.*, algo.* (SFT and the algorithm), run.*, placement.*.
+ConfigSchema run_config_schema(RunConfig& config);
 
 // A program's command line applied to `schema`: "--config FILE" first, then each "--set KEY=VALUE"
 // in order (also "--config=FILE", "--set=KEY=VALUE"); other arguments are left for the program.

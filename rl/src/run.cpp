@@ -1,0 +1,495 @@
+#include "troupe/rl/run.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "builtin_algorithms.hpp"
+#include "troupe/rl/batches.hpp"
+#include "troupe/rl/config.hpp"
+#include "troupe/rl/objectives.hpp"
+
+namespace troupe::rl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// SplitMix64: decorrelates the per-step sampling seeds derived from (run seed, step).
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// --- the algorithms' registry ---------------------------------------------------------------------
+
+struct Registry {
+  std::mutex mu;
+  std::map<std::string, AlgorithmFactory> factories;
+};
+
+Registry& registry() {
+  static Registry* r = [] {
+    auto* reg = new Registry;   // never destroyed: a worker's exit may still look an algorithm up
+    reg->factories["grpo"] = detail::make_grpo;   // named here so that the linker keeps their files
+    reg->factories["ppo"] = detail::make_ppo;
+    reg->factories["dpo"] = detail::make_dpo;
+    return reg;
+  }();
+  return *r;
+}
+
+// FNV-1a over the step's token ids and response mask: two runs drew the same samples iff equal
+// (up to collisions).
+std::string samples_digest(const actors::RolloutBatch& b) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  auto eat = [&h](const void* data, std::size_t bytes) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (std::size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  };
+  for (const TensorView* v : {&b.tokens, &b.response_mask}) {
+    if (!v->is_contiguous()) return "";
+    eat(v->shape.data(), v->shape.size() * sizeof(std::int64_t));
+    eat(v->data, v->nbytes());
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+}  // namespace
+
+void register_algorithm(const std::string& name, AlgorithmFactory factory) {
+  auto& r = registry();
+  std::lock_guard lock(r.mu);
+  r.factories[name] = std::move(factory);
+}
+
+std::vector<std::string> algorithm_names() {
+  auto& r = registry();
+  std::lock_guard lock(r.mu);
+  std::vector<std::string> names;
+  for (const auto& [name, f] : r.factories) names.push_back(name);
+  return names;
+}
+
+std::unique_ptr<Algorithm> make_algorithm(const RunConfig& config) {
+  AlgorithmFactory factory;
+  {
+    auto& r = registry();
+    std::lock_guard lock(r.mu);
+    auto it = r.factories.find(config.algorithm);
+    if (it != r.factories.end()) factory = it->second;
+  }
+  if (!factory) {
+    std::string known;
+    for (const auto& n : algorithm_names()) known += (known.empty() ? "" : ", ") + n;
+    throw std::invalid_argument("unknown algorithm '" + config.algorithm + "' (known: " + known + ")");
+  }
+  return factory(config);
+}
+
+void Algorithm::spawn(Run&) {}
+void Algorithm::after_warm_start(Run&) {}
+void Algorithm::save(Run&, const std::string&) {}
+void Algorithm::load(Run&, const std::string&) {}
+void Algorithm::stop(Run&) {}
+
+StepClock::StepClock() : start_(Clock::now()), last_(start_) {}
+
+void StepClock::lap(double StepTimes::*phase) {
+  const auto now = Clock::now();
+  times_.*phase += std::chrono::duration<double>(now - last_).count();
+  last_ = now;
+}
+
+StepTimes StepClock::times() const {
+  StepTimes t = times_;
+  t.total = since(start_);
+  return t;
+}
+
+std::uint64_t step_seed(std::uint64_t run_seed, std::int64_t step) { return mix(run_seed ^ mix(std::uint64_t(step))); }
+
+RunConfig RunConfig::demo() {
+  RunConfig c;
+  c.task = "addition:1-2";
+  c.policy.context = 16;
+  c.policy.layers = 2;
+  c.policy.d_model = 64;
+  c.policy.heads = 4;
+  c.sft.steps = 300;          // ~25% held-out accuracy: a start with reward to climb from
+  c.sft.batch_size = 64;
+  c.sft.optim.lr = 3e-3;
+  c.sft.optim.warmup_steps = 20;
+  c.steps = 500;
+  c.prompts_per_step = 64;
+  c.group_size = 8;
+  c.optim.lr = 3e-4;
+  c.kl_coef = 0.04;
+  c.eval_every = 20;
+  return c;
+}
+
+// --- the run's actors ------------------------------------------------------------------------------
+
+Run::Run(Runtime& rt, RunConfig config) : rt_(rt), config_(std::move(config)) {
+  register_grpo_objective();
+  algorithm_ = make_algorithm(config_);   // an unknown name or a refused configuration fails here, not at step 1
+  advantage_ = find_advantage_estimator(config_.advantage);
+  rollouts_ = RolloutRange::parse(config_.rollouts);
+  if (config_.reward != "rule" && config_.reward.rfind("model:", 0) != 0)
+    throw std::invalid_argument("unknown reward '" + config_.reward + "' (rule, or model:PATH)");
+  if (config_.reward.rfind("model:", 0) == 0 && !std::filesystem::is_regular_file(config_.reward.substr(6)))
+    throw std::invalid_argument("reward model file '" + config_.reward.substr(6) + "' does not exist");
+  if (!config_.init_weights.empty()) {
+    if (!std::filesystem::is_regular_file(config_.init_weights))
+      throw std::invalid_argument("init weights file '" + config_.init_weights + "' does not exist");
+    config_.init_weights = std::filesystem::absolute(config_.init_weights).string();   // workers may run elsewhere
+  }
+  task_ = make_task(config_.task);
+  tokenizer_ = std::make_unique<actors::CharTokenizer>(task_->alphabet());
+  config_.policy.vocab_size = tokenizer_->vocab_size();
+  config_.policy.seed = config_.seed;
+  data_ = Dataset::make(*task_, config_.train_size, config_.heldout_size, config_.seed);
+  state_.seed = config_.seed;
+  state_.cursor.seed = mix(config_.seed ^ 0xc0ffee);
+  config_.run_dir = std::filesystem::absolute(config_.run_dir).string();
+  std::filesystem::create_directories(config_.run_dir);
+  {   // the resolved configuration, next to the metrics
+    RunConfig resolved = config_;
+    std::ofstream(config_.run_dir + "/config.toml") << run_config_schema(resolved).to_toml();
+  }
+  spawn_actors();
+  algorithm_->spawn(*this);
+}
+
+Options Run::role_options(const std::string& name) const {
+  Options o = Options{}.name(name);
+  if (config_.worker_processes) o.process(true);
+  return o;
+}
+
+void Run::spawn_actors() {
+  Options trainer = Options{}.name("trainer"), rollout = Options{}.name("rollout"), weights = Options{}.name("weights");
+  if (config_.worker_processes) {
+    const int cpus = std::max(config_.trainer_threads, config_.rollout_threads);
+    group_ = rt_.placement_group({"CPU=" + std::to_string(cpus)}, "PACK", "grpo");
+    if (!group_->ready(std::chrono::seconds(60))) throw std::runtime_error("no node has room for the trainer's bundle");
+    trainer.bundle(*group_, 0, /*colocate=*/true);
+    rollout.bundle(*group_, 0, /*colocate=*/true);
+    weights.bundle(*group_, 0, /*colocate=*/true);   // with the trainer: publishing is one copy, pulling none
+  }
+  trainer_ = rt_.spawn<actors::Trainer>(trainer, actors::TrainerConfig{config_.policy, config_.sft.optim, config_.trainer_threads});
+  rollout_ = rt_.spawn<actors::RolloutEngine>(rollout, actors::RolloutConfig{config_.policy, config_.rollout_threads, true});
+  reference_ = rt_.spawn<actors::Reference>(role_options("reference"),
+                                            actors::ReferenceConfig{config_.policy, "", config_.reference_threads});
+  reward_ = rt_.spawn<actors::Reward>(role_options("reward"), actors::RewardConfig{task_->verifier(), 0.0f});
+  if (config_.reward.rfind("model:", 0) == 0) {   // the run's architecture with a score head
+    actors::PolicyConfig rm = config_.policy;
+    rm.scalar_heads = {"score"};
+    const std::string path = std::filesystem::absolute(config_.reward.substr(6)).string();
+    reward_model_ = rt_.spawn<actors::RewardModel>(role_options("reward_model"),
+                                                   actors::RewardModelConfig{rm, path, config_.reference_threads});
+  }
+  weights_ = rt_.spawn<WeightStore>(weights);
+  // Engines 1.. run in worker processes of their own wherever the head finds room.
+  const Options member = Options{}.process(true).cpus(config_.rollout_threads);
+  pool_ = std::make_unique<RolloutPool>(rt_, rollout_, weights_, rollouts_, member,
+                                        actors::RolloutConfig{config_.policy, config_.rollout_threads, true});
+}
+
+Run::~Run() {
+  algorithm_->stop(*this);
+  pool_.reset();
+  rt_.kill(trainer_);
+  rt_.kill(rollout_);
+  rt_.kill(reference_);
+  rt_.kill(reward_);
+  if (reward_model_) rt_.kill(*reward_model_);
+  rt_.kill(weights_);
+  if (group_) group_->remove();
+}
+
+std::string Run::sft_weights_path() const { return config_.run_dir + "/sft.safetensors"; }
+
+// --- warm start and evaluation ---------------------------------------------------------------------
+
+void Run::warm_start() {
+  if (!config_.init_weights.empty()) trainer_.call(&actors::Trainer::load_trunk, config_.init_weights).get();
+  DataCursor cursor{mix(config_.seed ^ 0x5f7), 0, 0};
+  ProgressLine progress(config_.sft.steps, 50, config_.verbose);
+  for (std::int32_t s = 1; s <= config_.sft.steps; ++s) {
+    auto batch = sft_batch(cursor.next(data_.train, std::size_t(config_.sft.batch_size)), *tokenizer_);
+    auto m = trainer_.call(&actors::Trainer::train_step, std::move(batch)).get();
+    if (s % 50 == 0 || s == config_.sft.steps)
+      progress.message("sft step " + std::to_string(s) + "/" + std::to_string(config_.sft.steps) +
+                       "  nll " + std::to_string(m.values["nll"]));
+  }
+  trainer_.call(&actors::Trainer::save_weights, sft_weights_path()).get();
+  trainer_.call(&actors::Trainer::set_optimizer, config_.optim).get();
+  algorithm_->after_warm_start(*this);
+  sync_weights();
+  start_reference();
+}
+
+void Run::start_reference() { reference_.call(&actors::Reference::load_weights, sft_weights_path()).get(); }
+
+EvalResult Run::evaluate() {
+  actors::GenerateRequest req;
+  req.prompts = encode_prompts(data_.heldout, *tokenizer_);
+  req.samples_per_prompt = 1;
+  req.sampling = actors::SamplingParams{0.0f, 1.0f, std::int32_t(task_->max_answer_chars() + 1), tokenizer_->eos_id(), 0};
+  auto rollout = rollout_.call(&actors::RolloutEngine::generate, std::move(req)).get();
+  auto results = reward_.call(&actors::Reward::score, score_items(data_.heldout, 1, rollout, *tokenizer_)).get();
+  EvalResult e;
+  e.problems = std::int64_t(results.size());
+  for (auto& r : results) { e.accuracy += r.correct; e.format_ok += r.format_ok; }
+  if (e.problems > 0) { e.accuracy /= double(e.problems); e.format_ok /= double(e.problems); }
+  return e;
+}
+
+// --- the roles' calls a step is written with ---------------------------------------------------------
+
+std::vector<Problem> Run::next_prompts() { return state_.cursor.next(data_.train, std::size_t(config_.prompts_per_step)); }
+
+actors::SamplingParams Run::step_sampling(std::int64_t step) const {
+  return actors::SamplingParams{config_.temperature, config_.top_p, std::int32_t(task_->max_answer_chars() + 1),
+                                tokenizer_->eos_id(), step_seed(config_.seed, step)};
+}
+
+actors::RolloutBatch Run::generate(const std::vector<Problem>& problems) { return generate(problems, state_.step); }
+
+actors::RolloutBatch Run::generate(const std::vector<Problem>& problems, std::int64_t step) {
+  actors::GenerateRequest req;
+  req.prompts = encode_prompts(problems, *tokenizer_);
+  req.samples_per_prompt = config_.group_size;
+  req.sampling = step_sampling(step);
+  return pool_->generate(req, &engines_);
+}
+
+std::vector<actors::RewardResult> Run::score(const std::vector<Problem>& problems, const actors::RolloutBatch& samples) {
+  auto verdicts = reward_.call(&actors::Reward::score, score_items(problems, config_.group_size, samples, *tokenizer_));
+  if (!reward_model_) return verdicts.get();
+  // The learned reward trains the policy; the verifier's verdicts stay for format and accuracy.
+  auto scores = reward_model_->call(&actors::RewardModel::score, actors::SequenceBatch{samples.tokens, samples.attn_mask}).get();
+  auto results = verdicts.get();
+  if (scores.size() != results.size()) throw std::runtime_error("the reward model scored " + std::to_string(scores.size()) + " of " +
+                                                                std::to_string(results.size()) + " samples");
+  for (std::size_t i = 0; i < results.size(); ++i) results[i].reward = scores[i];
+  return results;
+}
+
+TensorView Run::reference_logprobs(const actors::RolloutBatch& samples) {
+  return reference_.call(&actors::Reference::logprobs, actors::LogprobRequest{samples.tokens, samples.attn_mask, config_.temperature}).get();
+}
+
+std::vector<float> Run::advantages(const std::vector<actors::RewardResult>& rewards) {
+  AdvantageInput in;
+  in.rewards.reserve(rewards.size());
+  for (auto& x : rewards) in.rewards.push_back(x.reward);
+  in.group_size = config_.group_size;
+  AdvantageOutput out = advantage_(in);
+  if (out.per_token || out.advantages.size() != in.rewards.size()) {
+    throw std::invalid_argument("advantage estimator '" + config_.advantage + "' does not give one advantage per sample");
+  }
+  return std::move(out.advantages);
+}
+
+actors::TrainMetrics Run::train(const actors::TrainBatch& batch) { return trainer_.call(&actors::Trainer::train_step, batch).get(); }
+
+// Through the versioned weight store: the trainer publishes, the rollout engines pull (engine 0,
+// colocated: no copy beyond the publish; the others: the mapped file or the chain).
+void Run::sync_weights() {
+  trainer_.call(&actors::Trainer::publish_to, weights_).get();
+  state_.policy_version = pool_->pull_weights();
+}
+
+StepRecord Run::record(const actors::RolloutBatch& samples, const std::vector<actors::RewardResult>& rewards,
+                       const actors::TrainMetrics& m, const StepClock& clock) const {
+  StepRecord rec;
+  rec.policy_version = m.policy_version;
+  rec.sample_version = samples.policy_version.empty() ? 0 : samples.policy_version.front();
+  double sum = 0, sq = 0, fmt = 0;
+  for (auto& r : rewards) { sum += r.reward; sq += double(r.reward) * r.reward; fmt += r.format_ok; }
+  const double n = double(std::max<std::size_t>(1, rewards.size()));
+  rec.reward_mean = sum / n;
+  rec.reward_std = std::sqrt(std::max(0.0, sq / n - rec.reward_mean * rec.reward_mean));
+  rec.format_ok = fmt / n;
+  rec.response_tokens = double(samples.generated_tokens) / n;
+  auto value = [&](const char* k) { return m.values.count(k) ? m.values.at(k) : 0.0; };
+  rec.loss = m.loss;
+  rec.pg_loss = value("pg_loss");
+  rec.kl = value("kl");
+  rec.clip_fraction = value("clip_fraction");
+  rec.values = m.values;
+  rec.entropy = m.entropy;
+  rec.grad_norm = m.grad_norm;
+  rec.lr = m.lr;
+  rec.rollout_engines = engines_;
+  rec.samples_digest = samples_digest(samples);
+  rec.seconds = clock.times();
+  rec.tokens_per_s = double(samples.generated_tokens) / std::max(1e-9, rec.seconds.total);
+  return rec;
+}
+
+StepRecord Run::step() {
+  StepRecord rec = algorithm_->step(*this);
+  ++state_.step;
+  rec.step = state_.step;
+  return rec;
+}
+
+// --- the summary line --------------------------------------------------------------------------------
+
+std::string summary_json_line(const RunSummary& s) {
+  auto tenth = [](double x) { return std::round(x * 10) / 10; };
+  nlohmann::ordered_json out;
+  out["sft_heldout_acc"] = s.sft_heldout_acc;
+  out["final_heldout_acc"] = s.final_heldout_acc;
+  out["sft_heldout_format"] = s.sft_heldout_format;
+  out["final_heldout_format"] = s.final_heldout_format;
+  out["steps"] = s.steps;
+  out["seconds"] = tenth(s.seconds);
+  out["sft_seconds"] = tenth(s.sft_seconds);
+  out["grpo_seconds"] = tenth(s.grpo_seconds);
+  out["metrics"] = s.metrics_path;
+  out["plot"] = s.plot_path;
+  out["checkpoint"] = s.checkpoint;
+  out["resumed"] = s.resumed;
+  return out.dump();
+}
+
+RunConfig for_job_attempt(RunConfig config) {
+  const char* attempt = std::getenv("TROUPE_JOB_ATTEMPT");
+  if (attempt != nullptr && std::atoi(attempt) > 1 && !config.resume) {
+    config.resume = true;
+    std::cerr << "attempt " << attempt << " of job " << (std::getenv("TROUPE_JOB_ID") ? std::getenv("TROUPE_JOB_ID") : "?")
+              << ": resuming from the newest checkpoint in " << config.run_dir << " (if any)" << std::endl;
+  }
+  return config;
+}
+
+int run_and_report(const std::string& program, Runtime& rt, const RunConfig& config) {
+  RunSummary s;
+  try {
+    Run driver(rt, for_job_attempt(config));
+    s = driver.run();
+  } catch (const std::exception& e) {
+    std::cerr << program << ": " << e.what() << "\n";
+    return 1;
+  }
+  std::cout << summary_json_line(s) << std::endl;
+  return 0;
+}
+
+// --- checkpoints --------------------------------------------------------------------------------------
+
+std::string Run::save_checkpoint() {
+  const std::string dir = checkpoint_dir(config_.run_dir, state_.step), staging = dir + ".tmp";
+  std::filesystem::remove_all(staging);
+  std::filesystem::create_directories(staging);
+  trainer_.call(&actors::Trainer::save_checkpoint, staging).get();
+  algorithm_->save(*this, staging);
+  save_run_state(staging, state_);
+  publish_checkpoint(staging, dir);
+  return dir;
+}
+
+bool Run::resume() {
+  auto dir = latest_checkpoint(config_.run_dir);
+  if (!dir) return false;
+  state_ = load_run_state(*dir);
+  trainer_.call(&actors::Trainer::set_optimizer, config_.optim).get();
+  trainer_.call(&actors::Trainer::load_checkpoint, *dir).get();
+  algorithm_->load(*this, *dir);
+  sync_weights();
+  start_reference();
+  return true;
+}
+
+actors::Weights Run::policy_weights() { return trainer_.call(&actors::Trainer::weights).get(); }
+
+// --- the whole run ---------------------------------------------------------------------------------------
+
+RunSummary Run::begin_run() {
+  RunSummary sum;
+  sum.run_dir = config_.run_dir;
+  sum.metrics_path = sum.run_dir + "/metrics.jsonl";
+  sum.resumed = config_.resume && resume();
+  if (!sum.resumed) {
+    warm_start();
+    EvalResult e = evaluate();
+    state_.sft_heldout_acc = e.accuracy;
+    state_.sft_heldout_format = e.format_ok;
+  }
+  sum.sft_heldout_acc = state_.sft_heldout_acc;
+  sum.sft_heldout_format = state_.sft_heldout_format;
+  return sum;
+}
+
+void Run::evaluate_into(StepRecord& rec, RunSummary& sum) {
+  const auto t = Clock::now();
+  EvalResult e = evaluate();
+  rec.heldout_acc = sum.final_heldout_acc = e.accuracy;
+  rec.heldout_format = sum.final_heldout_format = e.format_ok;
+  rec.seconds.eval = since(t);
+}
+
+void Run::end_run(RunSummary& sum, std::int32_t steps_here) {
+  if (!sum.stopped_early && steps_here == 0) {   // resumed at the last step: evaluate what was restored
+    StepRecord unused;
+    evaluate_into(unused, sum);
+  }
+  sum.checkpoint = std::filesystem::absolute(save_checkpoint()).string();
+  sum.steps = state_.step;
+  if (sum.stopped_early) return;
+  std::string error;
+  const std::string png = sum.run_dir + "/reward.png";
+  std::string name = config_.algorithm;
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return char(std::toupper(ch)); });
+  if (plot_metrics(sum.metrics_path, png, name + " on " + config_.task, sum.sft_heldout_acc, &error)) sum.plot_path = png;
+  else ProgressLine(0, 1, config_.verbose).message("no plot: " + error);
+}
+
+RunSummary Run::run() {
+  const auto start = Clock::now();
+  RunSummary sum = begin_run();
+  sum.sft_seconds = since(start);
+  MetricsLog log(sum.metrics_path, sum.resumed ? state_.step : -1);
+  ProgressLine progress(config_.steps, 10, config_.verbose);
+  progress.message("SFT warm start: held-out accuracy " + std::to_string(state_.sft_heldout_acc) +
+                   (sum.resumed ? " (resumed at step " + std::to_string(state_.step) + ")" : ""));
+  const auto rl_start = Clock::now();
+  std::int32_t steps_here = 0;
+  while (state_.step < config_.steps) {
+    if (config_.stop_after >= 0 && steps_here >= config_.stop_after) { sum.stopped_early = true; break; }
+    StepRecord rec = step();
+    ++steps_here;
+    const bool last = state_.step == config_.steps;
+    if (last || (config_.eval_every > 0 && state_.step % config_.eval_every == 0)) evaluate_into(rec, sum);
+    log.write(rec);
+    progress.update(rec, since(start));
+    if (config_.checkpoint_every > 0 && state_.step % config_.checkpoint_every == 0 && !last) save_checkpoint();
+  }
+  progress.finish();
+  end_run(sum, steps_here);
+  sum.grpo_seconds = since(rl_start);
+  sum.seconds = since(start);
+  return sum;
+}
+
+}  // namespace troupe::rl
