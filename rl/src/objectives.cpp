@@ -193,10 +193,10 @@ actors::ObjectiveOutput bradley_terry_objective(const actors::ObjectiveInput& in
   return out;
 }
 
-namespace {
-const bool kRegistered = (register_grpo_objective(), actors::register_objective("dpo", &dpo_objective),
-                          actors::register_objective("bradley_terry", &bradley_terry_objective),
-                          actors::register_objective("ppo", &ppo_objective), actors::register_objective("value", &value_objective), true);
-}  // namespace
+TROUPE_OBJECTIVE("grpo", &grpo_objective);
+TROUPE_OBJECTIVE("ppo", &ppo_objective);
+TROUPE_OBJECTIVE("value", &value_objective);
+TROUPE_OBJECTIVE("dpo", &dpo_objective);
+TROUPE_OBJECTIVE("bradley_terry", &bradley_terry_objective);
 
 }  // namespace troupe::rl

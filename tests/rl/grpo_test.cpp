@@ -222,3 +222,73 @@ TEST_CASE("PPO's adaptive KL controller moves beta by the sampled KL, and offlin
     std::filesystem::remove_all(config.run_dir);
   }
 }
+
+TEST_CASE("a program's own objective (TROUPE_OBJECTIVE, objectives_test.cpp) trains in the trainer's worker process") {
+  auto rt = troupe::Runtime::create().value();   // the embedded head and node start the workers: this binary
+  auto config = tiny("troupe_user_objective");
+  config.steps = 2;
+  config.sft.steps = 5;
+  config.objective = "test_marked_grpo";
+  config.worker_processes = true;
+  Run run(rt, config);
+  run.warm_start();
+  for (int s = 0; s < config.steps; ++s) {
+    const auto rec = run.step();
+    REQUIRE(rec.values.count("test_marker") == 1);
+    CHECK(rec.values.at("test_marker") == 7.0);
+    CHECK(rec.values.at("test_pid") != double(::getpid()));   // computed in another process
+  }
+  std::filesystem::remove_all(config.run_dir);
+}
+
+namespace {
+
+// A program's own algorithm: samples and scores, never updates (a baseline a user might write).
+class SampleOnly final : public Algorithm {
+ public:
+  explicit SampleOnly(const RunConfig&) {}
+  StepRecord step(Run& run) override {
+    StepClock clock;
+    const auto prompts = run.next_prompts();
+    const auto samples = run.generate(prompts);
+    clock.lap(&StepTimes::rollout);
+    const auto rewards = run.score(prompts, samples);
+    clock.lap(&StepTimes::reward);
+    troupe::actors::TrainMetrics none;
+    none.policy_version = run.state().policy_version;
+    return run.record(samples, rewards, none, clock);
+  }
+};
+TROUPE_ALGORITHM("test_sample_only", SampleOnly);
+
+}  // namespace
+
+TEST_CASE("a program registers its own algorithm by name (TROUPE_ALGORITHM); an unknown name is refused naming the known ones") {
+  const auto names = algorithm_names();
+  CHECK(std::find(names.begin(), names.end(), "test_sample_only") != names.end());
+  auto rt = troupe::Runtime::create().value();
+  auto config = tiny("troupe_user_algorithm");
+  config.algorithm = "test_sample_only";
+  config.steps = 3;
+  config.sft.steps = 5;
+  {
+    Run run(rt, config);
+    const auto sum = run.run();
+    CHECK(sum.steps == 3);
+    const auto records = read_metrics(sum.metrics_path);
+    REQUIRE(records.size() == 3);
+    for (const auto& r : records) CHECK(r.policy_version == records.front().policy_version);   // never updated
+    CHECK(records[0].samples_digest != records[1].samples_digest);
+  }
+  std::filesystem::remove_all(config.run_dir);
+  config.algorithm = "no_such_algorithm";
+  try {
+    Run run(rt, config);
+    FAIL("an unknown algorithm was accepted");
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    CHECK(what.find("no_such_algorithm") != std::string::npos);
+    CHECK(what.find("ppo") != std::string::npos);
+  }
+  std::filesystem::remove_all(config.run_dir);
+}

@@ -18,14 +18,14 @@ using namespace troupe::rl;
 namespace {
 
 // A program's own objective (GRPO's, marked), registered at static initialisation: it then exists
-// in worker processes too. grpo_test.cpp runs it in the trainer's worker process.
+// in worker processes too. grpo_test.cpp trains with it in the trainer's worker process.
 troupe::actors::ObjectiveOutput marked_grpo(const troupe::actors::ObjectiveInput& in) {
   auto out = grpo_objective(in);
   out.metrics["test_marker"] = 7.0;
   out.metrics["test_pid"] = double(::getpid());
   return out;
 }
-const bool kMarkedRegistered [[maybe_unused]] = (troupe::actors::register_objective("test_marked_grpo", &marked_grpo), true);
+TROUPE_OBJECTIVE("test_marked_grpo", &marked_grpo);
 
 at::Tensor t2(std::vector<float> v, std::int64_t rows) { return at::tensor(v).view({rows, -1}); }
 at::Tensor mask2(std::vector<int> v, std::int64_t rows) { return at::tensor(v).view({rows, -1}).to(at::kBool); }

@@ -1,5 +1,6 @@
 // Training objectives, registered by name so that the Trainer stays algorithm-agnostic: rl/
-// registers "grpo", actors/ itself provides "sft". Include only from torch-using sources.
+// registers "grpo", "ppo", "value", "dpo", "bradley_terry"; actors/ itself provides "sft"; a
+// program registers its own with TROUPE_OBJECTIVE. Include only from torch-using sources.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -44,3 +45,11 @@ at::Tensor seq_mean_token_mean(const at::Tensor& x, const at::Tensor& mask);
 ObjectiveOutput sft_objective(const ObjectiveInput& in);
 
 }  // namespace troupe::actors
+
+#define TROUPE_DETAIL_OBJ_CAT2(a, b) a##b
+#define TROUPE_DETAIL_OBJ_CAT(a, b) TROUPE_DETAIL_OBJ_CAT2(a, b)
+// Registers `fn` (an Objective) as `name` at static initialisation: at namespace scope, so that a
+// worker process of the program (the same binary, which never runs main) has it too.
+#define TROUPE_OBJECTIVE(name, fn)                                                                 \
+  static const bool TROUPE_DETAIL_OBJ_CAT(troupe_objective_, __COUNTER__) [[maybe_unused]] =         \
+      (::troupe::actors::register_objective(name, fn), true)
