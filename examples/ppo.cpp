@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   config.optim.lr = 5e-4;
   config.critic_optim.lr = 1e-3;
   config.critic_optim.warmup_steps = 20;
+  config.blas_threads = 1;        // the policy and the critic train side by side (actors/blas.hpp)
   config.run_dir = "runs/ppo";
   try {   // --config FILE, any key with --set algo.steps=200, and the common keys' flags (--seed 2, --steps, ...)
     auto schema = troupe::rl::run_config_schema(config);

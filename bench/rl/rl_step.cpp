@@ -1,15 +1,28 @@
-// rl_step: the cost of running GRPO as an actor graph. The same steps of the demo configuration run
-// twice, interleaved step by step so that machine load drifts hit both alike:
-//   troupe  Run::step(): four actors on their own threads, every call msgpack-encoded;
-//   plain   the same actor classes as plain objects, called directly in one thread (no runtime).
-// Both start from the same weights and draw the same prompts and seeds, so they do the same math
-// (`same_math` checks the rewards and losses match step for step). Prints one JSON object:
-// tokens/s, mean step seconds and their split per phase for each, and overhead_ratio =
-// troupe step time / plain step time.
+// rl_step: the cost of running an algorithm as an actor graph. For each of GRPO, PPO, DPO and
+// reward-model training, the same steps of the demo configuration (64 prompts x 8 samples; 64
+// pairs per reward-model step) run three ways, interleaved step by step so that machine load drifts
+// hit all alike:
+//   in_process  rl::Run's step (or, for the reward model, a Trainer actor): every role an actor on
+//               its own thread of this process, every call msgpack-encoded;
+//   workers     the same with worker processes (placement.worker_processes: trainer and rollout
+//               colocated in one worker, the reference, the reward and PPO's critic in their own);
+//   plain       the same actor classes as plain objects, called directly in one thread with the same
+//               math (the algorithms' batch builders, algorithms.hpp): one plain libtorch loop.
+// PPO runs with build/bin/ppo's settings, blas_threads 1 among them (OpenBLAS at one thread in this
+// whole process while its runs last, the plain loop's steps included: actors/blas.hpp).
+// All three start from the same SFT weights and draw the same prompts and seeds; `same_math` checks
+// that their rewards and losses match step for step. Prints one JSON object with a key per
+// algorithm: step_ms, median_step_ms, tokens_per_s and the split per phase of each way, and
+// overhead_ratio = in_process / plain and overhead_ratio_workers = workers / plain (by mean step
+// time; median_* by median). The top-level "troupe", "plain" and "overhead_ratio" repeat GRPO's
+// in-process figures under the keys this program printed before it covered the other algorithms.
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <iostream>
+#include <optional>
+#include <sstream>
 
 #include <malloc.h>
 #include <unistd.h>
@@ -25,51 +38,97 @@ using namespace troupe;
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// The step loop of GRPO (rl/src/grpo.cpp), written out with direct calls.
-class PlainLoop {
+struct Sample {   // one timed step of one way
+  rl::StepTimes seconds;
+  double tokens = 0, reward_mean = 0, loss = 0;
+};
+
+Sample from_record(const rl::StepRecord& r) {
+  return Sample{r.seconds, r.tokens_per_s * r.seconds.total, r.reward_mean, r.loss};
+}
+
+// The roles of a run as plain objects, starting from the SFT weights at `sft`.
+class PlainRoles {
  public:
-  explicit PlainLoop(const rl::RunConfig& c)
+  PlainRoles(const rl::RunConfig& c, const std::string& sft)
       : config_(c),
         task_(rl::make_task(c.task)),
         tokenizer_(task_->alphabet()),
         data_(rl::Dataset::make(*task_, c.train_size, c.heldout_size, c.seed)),
-        trainer_(actors::TrainerConfig{c.policy, c.optim, c.trainer_threads}),
+        trainer_(actors::TrainerConfig{c.policy, c.sft.optim, c.trainer_threads}),
         rollout_(actors::RolloutConfig{c.policy, c.rollout_threads, true}),
         reference_(actors::ReferenceConfig{c.policy, "", c.reference_threads}),
-        reward_(actors::RewardConfig{task_->verifier(), 0.0f}) {}
+        reward_(actors::RewardConfig{task_->verifier(), 0.0f}) {
+    trainer_.load_trunk(sft);
+    trainer_.set_optimizer(c.optim);
+    rollout_.update_weights(trainer_.weights());
+    reference_.load_weights(sft);
+    if (c.algorithm == "ppo") {
+      actors::PolicyConfig model = c.policy;
+      model.scalar_heads = {"value"};
+      critic_.emplace(actors::TrainerConfig{model, c.critic_optim, c.trainer_threads});
+      critic_->load_trunk(sft);
+    }
+  }
 
-  rl::StepRecord step(rl::DataCursor cursor, std::int64_t step) {
-    rl::StepRecord rec;
+  Sample step(rl::DataCursor cursor, std::int64_t step) {
+    Sample out;
     const auto start = Clock::now();
-    auto t = Clock::now();
+    auto t = start;
+    auto lap = [&t](double& slot) { slot = since(t); t = Clock::now(); };
     const auto problems = cursor.next(data_.train, std::size_t(config_.prompts_per_step));
     actors::GenerateRequest req{rl::encode_prompts(problems, tokenizer_), config_.group_size,
                                 actors::SamplingParams{config_.temperature, config_.top_p, task_->max_answer_chars() + 1,
                                                        tokenizer_.eos_id(), rl::step_seed(config_.seed, step)},
                                 {}, 0};
-    const auto rb = rollout_.generate(std::move(req));
-    rec.seconds.rollout = since(t), t = Clock::now();
-    const auto scores = reward_.score(rl::score_items(problems, config_.group_size, rb, tokenizer_));
-    rec.seconds.reward = since(t), t = Clock::now();
-    const auto ref = reference_.logprobs(actors::LogprobRequest{rb.tokens, rb.attn_mask, config_.temperature});
-    rec.seconds.reference = since(t), t = Clock::now();
-    std::vector<float> rewards;
-    for (auto& s : scores) rewards.push_back(s.reward);
-    const auto m = trainer_.train_step(rl::grpo_batch(rb, ref, rl::group_advantages(rewards, config_.group_size), config_));
-    rec.seconds.train = since(t), t = Clock::now();
+    const auto samples = rollout_.generate(std::move(req));
+    lap(out.seconds.rollout);
+    const auto rewards = reward_.score(rl::score_items(problems, config_.group_size, samples, tokenizer_));
+    lap(out.seconds.reward);
+    const auto ref = reference_.logprobs(actors::LogprobRequest{samples.tokens, samples.attn_mask, config_.temperature});
+    std::optional<TensorView> values;
+    if (critic_) values = critic_->head_values(actors::SequenceBatch{samples.tokens, samples.attn_mask}, "value");
+    lap(out.seconds.reference);
+    out.loss = update(samples, ref, values, rewards);
+    lap(out.seconds.train);
     rollout_.update_weights(trainer_.weights());
-    rec.seconds.sync = since(t);
-    rec.seconds.total = since(start);
+    lap(out.seconds.sync);
+    out.seconds.total = since(start);
     double sum = 0;
-    for (float r : rewards) sum += r;
-    rec.reward_mean = sum / double(rewards.size());
-    rec.loss = m.loss;
-    rec.tokens_per_s = double(rb.generated_tokens) / rec.seconds.total;
-    rec.response_tokens = double(rb.generated_tokens);
-    return rec;
+    for (auto& r : rewards) sum += r.reward;
+    out.reward_mean = sum / double(rewards.size());
+    out.tokens = double(samples.generated_tokens);
+    return out;
   }
 
  private:
+  // The algorithm's update, as its file in rl/src does it through the actors.
+  double update(const actors::RolloutBatch& samples, const TensorView& ref, const std::optional<TensorView>& values,
+                const std::vector<actors::RewardResult>& rewards) {
+    const auto& c = config_;
+    if (c.algorithm == "grpo") {
+      std::vector<float> r;
+      for (auto& x : rewards) r.push_back(x.reward);
+      return trainer_.train_step(rl::grpo_batch(samples, ref, rl::group_advantages(r, c.group_size), c)).loss;
+    }
+    if (c.algorithm == "dpo") {
+      const auto pairs = rl::preference_pairs(rewards, c.group_size);
+      if (pairs.empty()) return 0;
+      return trainer_.train_step(rl::dpo_batch(samples, ref, pairs, c.dpo_beta, c.dpo_ipo, c.micro_batches)).loss;
+    }
+    const auto b = rl::ppo_batches(samples, ref, *values, rewards, c.kl_coef, c);
+    const std::int64_t n = samples.tokens.shape[0], rows = (n + c.mini_batches - 1) / c.mini_batches;
+    double loss = 0;
+    for (std::int32_t epoch = 0; epoch < c.updates_per_batch; ++epoch) {
+      for (std::int64_t begin = 0; begin < n; begin += rows) {
+        const std::int64_t k = std::min(rows, n - begin);
+        loss = trainer_.train_step(c.mini_batches == 1 ? b.policy : rl::rows_of(b.policy, begin, k)).loss;
+        critic_->train_step(c.mini_batches == 1 ? b.critic : rl::rows_of(b.critic, begin, k));
+      }
+    }
+    return loss;
+  }
+
   rl::RunConfig config_;
   std::unique_ptr<rl::Task> task_;
   actors::CharTokenizer tokenizer_;
@@ -78,28 +137,123 @@ class PlainLoop {
   actors::RolloutEngine rollout_;
   actors::Reference reference_;
   actors::Reward reward_;
+  std::optional<actors::Trainer> critic_;
 };
 
-nlohmann::ordered_json summarise(const std::vector<rl::StepRecord>& recs) {
+nlohmann::ordered_json summarise(const std::vector<Sample>& samples) {
   rl::StepTimes mean;
   double tokens = 0;
   std::vector<double> totals;
-  for (auto& r : recs) {
-    mean.rollout += r.seconds.rollout, mean.reward += r.seconds.reward, mean.reference += r.seconds.reference;
-    mean.train += r.seconds.train, mean.sync += r.seconds.sync, mean.total += r.seconds.total;
-    tokens += r.tokens_per_s * r.seconds.total;
-    totals.push_back(r.seconds.total);
+  for (auto& s : samples) {
+    mean.rollout += s.seconds.rollout, mean.reward += s.seconds.reward, mean.reference += s.seconds.reference;
+    mean.train += s.seconds.train, mean.sync += s.seconds.sync, mean.total += s.seconds.total;
+    tokens += s.tokens;
+    totals.push_back(s.seconds.total);
   }
-  const double n = double(recs.size());
+  const double n = double(samples.size());
   std::sort(totals.begin(), totals.end());
   auto ms = [&](double s) { return std::round(s / n * 1e5) / 100; };
   nlohmann::ordered_json j;
   j["step_ms"] = ms(mean.total);
   j["median_step_ms"] = std::round(totals[totals.size() / 2] * 1e5) / 100;
-  j["tokens_per_s"] = std::round(tokens / mean.total);
+  j["tokens_per_s"] = std::round(tokens / std::max(1e-9, mean.total));
   j["split_ms"] = {{"rollout", ms(mean.rollout)}, {"reward", ms(mean.reward)}, {"reference", ms(mean.reference)},
                    {"train", ms(mean.train)}, {"weight_sync", ms(mean.sync)}};
   return j;
+}
+
+double ratio(const nlohmann::ordered_json& a, const nlohmann::ordered_json& b, const char* key) {
+  return std::round(a[key].get<double>() / b[key].get<double>() * 1000) / 1000;
+}
+
+// The three ways' summaries and ratios of one algorithm.
+nlohmann::ordered_json report(const std::vector<Sample>& in_process, const std::vector<Sample>& workers,
+                              const std::vector<Sample>& plain, bool same_math, bool same_math_workers) {
+  nlohmann::ordered_json j;
+  j["in_process"] = summarise(in_process);
+  j["workers"] = summarise(workers);
+  j["plain"] = summarise(plain);
+  j["overhead_ratio"] = ratio(j["in_process"], j["plain"], "step_ms");
+  j["overhead_ratio_workers"] = ratio(j["workers"], j["plain"], "step_ms");
+  j["median_overhead_ratio"] = ratio(j["in_process"], j["plain"], "median_step_ms");
+  j["median_overhead_ratio_workers"] = ratio(j["workers"], j["plain"], "median_step_ms");
+  j["same_math"] = same_math;
+  j["same_math_workers"] = same_math_workers;
+  return j;
+}
+
+bool same(const Sample& a, const Sample& b) { return a.reward_mean == b.reward_mean && a.loss == b.loss; }
+
+// GRPO, PPO or DPO: an in-process rl::Run, a worker-process one and the plain loop, interleaved.
+nlohmann::ordered_json bench_algorithm(Runtime& rt, rl::RunConfig config, const std::string& sft, int warmup, int steps) {
+  rl::RunConfig workers_config = config;
+  workers_config.worker_processes = true;
+  workers_config.run_dir += "-workers";
+  rl::Run in_process(rt, config), workers(rt, workers_config);
+  in_process.warm_start();   // no SFT steps: init_weights are the SFT weights
+  workers.warm_start();
+  PlainRoles plain(in_process.config(), sft);
+  std::vector<Sample> a, b, c;
+  bool same_math = true, same_math_workers = true;
+  for (int i = 0; i < warmup + steps; ++i) {
+    const auto cursor = in_process.state().cursor;
+    const auto step = in_process.state().step;
+    const Sample x = from_record(in_process.step()), y = from_record(workers.step()), z = plain.step(cursor, step);
+    same_math = same_math && same(x, z);
+    same_math_workers = same_math_workers && same(y, z);
+    if (i >= warmup) { a.push_back(x); b.push_back(y); c.push_back(z); }
+  }
+  return report(a, b, c, same_math, same_math_workers);
+}
+
+// Reward-model training (Bradley-Terry on pairs of a correct and a wrong answer, the SFT trunk with
+// a score head): a Trainer actor on a thread, one in a worker process, and a plain Trainer.
+nlohmann::ordered_json bench_reward_model(Runtime& rt, const rl::RunConfig& demo, const std::string& sft, int warmup, int steps,
+                                          int pairs_per_step) {
+  const auto task = rl::make_task(demo.task);
+  const actors::CharTokenizer tok(task->alphabet());
+  actors::PolicyConfig model = demo.policy;
+  model.vocab_size = tok.vocab_size();
+  model.seed = demo.seed;
+  model.scalar_heads = {"score"};
+  const auto data = rl::Dataset::make(*task, demo.train_size, demo.heldout_size, demo.seed);
+  actors::OptimConfig optim;
+  optim.lr = 1e-4;
+  optim.warmup_steps = 20;
+  const actors::TrainerConfig tc{model, optim, demo.trainer_threads};
+  auto thread = rt.spawn<actors::Trainer>(Options{}.name("rm_thread"), tc);
+  auto worker = rt.spawn<actors::Trainer>(Options{}.name("rm_worker").process(true), tc);
+  actors::Trainer plain(tc);
+  thread.call(&actors::Trainer::load_trunk, sft).get();
+  worker.call(&actors::Trainer::load_trunk, sft).get();
+  plain.load_trunk(sft);
+  rl::DataCursor cursor{demo.seed ^ 0x7a1, 0, 0};
+  std::vector<Sample> a, b, c;
+  bool same_math = true, same_math_workers = true;
+  auto timed = [](const std::function<actors::TrainMetrics()>& f) {
+    const auto t = Clock::now();
+    Sample s;
+    const auto m = f();
+    s.loss = m.loss;
+    s.tokens = double(m.tokens);   // trained tokens: tokens_per_s is the training throughput
+    s.seconds.train = s.seconds.total = since(t);
+    return s;
+  };
+  for (int i = 0; i < warmup + steps; ++i) {
+    std::vector<rl::PreferencePair> pairs;   // the correct answer against a wrong one of the same format
+    for (auto& p : cursor.next(data.train, std::size_t(pairs_per_step)))
+      pairs.push_back(rl::PreferencePair{p, p.answer, std::to_string(std::stoll(p.answer) + 1)});
+    const auto batch = rl::reward_model_batch(pairs, tok);
+    const Sample x = timed([&] { return thread.call(&actors::Trainer::train_step, batch).get(); });
+    const Sample y = timed([&] { return worker.call(&actors::Trainer::train_step, batch).get(); });
+    const Sample z = timed([&] { return plain.train_step(batch); });
+    same_math = same_math && same(x, z);
+    same_math_workers = same_math_workers && same(y, z);
+    if (i >= warmup) { a.push_back(x); b.push_back(y); c.push_back(z); }
+  }
+  rt.kill(thread);
+  rt.kill(worker);
+  return report(a, b, c, same_math, same_math_workers);
 }
 
 }  // namespace
@@ -110,44 +264,70 @@ int main(int argc, char** argv) {
   // 60 ms rollout phase). Keeping freed memory mapped makes actor threads allocate as fast as main.
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   mallopt(M_MMAP_THRESHOLD, 64 << 20);
-  auto rt = troupe::init(argc, argv);
-  int steps = 40, warmup = 3;
-  CLI::App app{"GRPO step: troupe actors vs a plain loop"};
+  auto rt = troupe::init(argc, argv);   // a worker process of this bench returns never
+  int steps = 20, warmup = 3, sft_steps = 100, rm_pairs = 64;
+  std::string algorithms = "grpo,ppo,dpo,reward_model";
+  CLI::App app{"one step of each algorithm: troupe actors (in-process and in worker processes) vs a plain loop"};
   app.allow_extras();
-  app.add_option("--steps", steps, "timed steps");
+  app.add_option("--steps", steps, "timed steps per algorithm");
   app.add_option("--warmup", warmup, "untimed steps first");
+  app.add_option("--sft-steps", sft_steps, "SFT steps of the shared start (DPO needs correct answers to pair)");
+  app.add_option("--algorithms", algorithms, "comma-separated: grpo, ppo, dpo, reward_model");
   CLI11_PARSE(app, argc, argv);
 
-  auto config = rl::RunConfig::demo();
-  config.sft.steps = 0;   // the step's cost does not depend on what the weights know
-  config.verbose = false;
-  config.run_dir = (std::filesystem::temp_directory_path() / ("troupe_bench_rl_step-" + std::to_string(::getpid()))).string();
-  std::filesystem::remove_all(config.run_dir);
-  rl::Run grpo(rt, config);
-  grpo.warm_start();
-  PlainLoop plain(grpo.config());
-
-  std::vector<rl::StepRecord> with_troupe, without;
-  bool same_math = true;
-  for (int i = 0; i < warmup + steps; ++i) {
-    const auto cursor = grpo.state().cursor;
-    const auto step = grpo.state().step;
-    auto a = grpo.step();
-    auto b = plain.step(cursor, step);
-    same_math = same_math && a.reward_mean == b.reward_mean && a.loss == b.loss;
-    if (i >= warmup) { with_troupe.push_back(a); without.push_back(b); }
+  auto demo = rl::RunConfig::demo();
+  const std::string dir = (std::filesystem::temp_directory_path() / ("troupe_bench_rl_step-" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string sft = dir + "/sft.safetensors";
+  {   // the shared start: the demo's SFT warm start, shortened
+    const auto task = rl::make_task(demo.task);
+    const actors::CharTokenizer tok(task->alphabet());
+    actors::PolicyConfig policy = demo.policy;
+    policy.vocab_size = tok.vocab_size();
+    policy.seed = demo.seed;
+    actors::Trainer trainer(actors::TrainerConfig{policy, demo.sft.optim, demo.trainer_threads});
+    const auto data = rl::Dataset::make(*task, demo.train_size, demo.heldout_size, demo.seed);
+    rl::DataCursor cursor{demo.seed ^ 0x5f7, 0, 0};
+    for (int i = 0; i < sft_steps; ++i) trainer.train_step(rl::sft_batch(cursor.next(data.train, std::size_t(demo.sft.batch_size)), tok));
+    trainer.save_weights(sft);
   }
   nlohmann::ordered_json out;
   out["bench"] = "rl_step";
-  out["config"] = {{"task", config.task}, {"layers", config.policy.layers}, {"d_model", config.policy.d_model},
-                   {"prompts_per_step", config.prompts_per_step}, {"group_size", config.group_size},
-                   {"threads_per_actor", config.trainer_threads}, {"steps", steps}};
-  out["troupe"] = summarise(with_troupe);
-  out["plain"] = summarise(without);
-  out["overhead_ratio"] = std::round(out["troupe"]["step_ms"].get<double>() / out["plain"]["step_ms"].get<double>() * 1000) / 1000;
-  out["median_overhead_ratio"] = std::round(out["troupe"]["median_step_ms"].get<double>() / out["plain"]["median_step_ms"].get<double>() * 1000) / 1000;
-  out["same_math"] = same_math;
-  std::filesystem::remove_all(config.run_dir);
+  out["config"] = {{"task", demo.task}, {"layers", demo.policy.layers}, {"d_model", demo.policy.d_model},
+                   {"prompts_per_step", demo.prompts_per_step}, {"group_size", demo.group_size}, {"rm_pairs_per_step", rm_pairs},
+                   {"threads_per_actor", demo.trainer_threads}, {"sft_steps", sft_steps}, {"steps", steps}};
+  std::stringstream list(algorithms);
+  for (std::string name; std::getline(list, name, ',');) {
+    if (name == "reward_model") {
+      out[name] = bench_reward_model(rt, demo, sft, warmup, steps, rm_pairs);
+      continue;
+    }
+    rl::RunConfig c = demo;
+    if (name == "ppo" || name == "dpo") {   // build/bin/ppo's and build/bin/dpo's settings (examples/)
+      c.algorithm = name;
+      if (name == "ppo") {
+        c.kl_coef = 0.02, c.updates_per_batch = 2, c.mini_batches = 2, c.optim.lr = 5e-4;
+        c.critic_optim.lr = 1e-3, c.critic_optim.warmup_steps = 20, c.blas_threads = 1;
+      }
+    } else if (name != "grpo") {
+      std::cerr << "rl_step: unknown algorithm '" << name << "' (grpo, ppo, dpo, reward_model)\n";
+      return 2;
+    }
+    c.init_weights = sft;
+    c.sft.steps = 0;
+    c.verbose = false;
+    c.run_dir = dir + "/" + name;
+    out[name] = bench_algorithm(rt, c, sft, warmup, steps);
+  }
+  if (out.contains("grpo")) {
+    out["troupe"] = out["grpo"]["in_process"];
+    out["plain"] = out["grpo"]["plain"];
+    out["overhead_ratio"] = out["grpo"]["overhead_ratio"];
+    out["median_overhead_ratio"] = out["grpo"]["median_overhead_ratio"];
+    out["same_math"] = out["grpo"]["same_math"];
+  }
+  std::filesystem::remove_all(dir);
   std::cout << out.dump() << std::endl;
   return 0;
 }

@@ -259,6 +259,8 @@ ConfigSchema run_config_schema(RunConfig& c) {
   s.add("placement.trainer_threads", &c.trainer_threads, "libtorch intra-op threads of the trainer");
   s.add("placement.rollout_threads", &c.rollout_threads, "of the rollout engine");
   s.add("placement.reference_threads", &c.reference_threads, "of the reference");
+  s.add("placement.blas_threads", &c.blas_threads,
+        "OpenBLAS threads of this process while the run lasts; 0: every core (one actor computes at a time); 1: actors compute side by side (PPO)");
   return s;
 }
 

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "builtin_algorithms.hpp"
+#include "troupe/actors/blas.hpp"
 #include "troupe/rl/batches.hpp"
 #include "troupe/rl/config.hpp"
 #include "troupe/rl/objectives.hpp"
@@ -173,6 +174,7 @@ Run::Run(Runtime& rt, RunConfig config) : rt_(rt), config_(std::move(config)) {
     RunConfig resolved = config_;
     std::ofstream(config_.run_dir + "/config.toml") << run_config_schema(resolved).to_toml();
   }
+  if (config_.blas_threads > 0) blas_before_ = actors::set_blas_threads(config_.blas_threads);
   spawn_actors();
   algorithm_->spawn(*this);
 }
@@ -222,6 +224,7 @@ Run::~Run() {
   if (reward_model_) rt_.kill(*reward_model_);
   rt_.kill(weights_);
   if (group_) group_->remove();
+  if (blas_before_ > 0) actors::set_blas_threads(blas_before_);
 }
 
 std::string Run::sft_weights_path() const { return config_.run_dir + "/sft.safetensors"; }

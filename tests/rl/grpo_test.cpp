@@ -159,6 +159,7 @@ TEST_CASE("PPO: a short seeded run on the demo task raises its held-out accuracy
   config.optim.lr = 5e-4;
   config.critic_optim.lr = 1e-3;
   config.critic_optim.warmup_steps = 20;
+  config.blas_threads = 1;
   config.run_dir = (std::filesystem::temp_directory_path() / ("troupe_ppo_learns-" + std::to_string(::getpid()))).string();
   std::filesystem::remove_all(config.run_dir);
   Run grpo(rt, config);

@@ -114,6 +114,11 @@ struct RunConfig {
   std::int32_t trainer_threads = 1;
   std::int32_t rollout_threads = 1;
   std::int32_t reference_threads = 1;
+  // OpenBLAS's threads in this process while the run lasts (actors/blas.hpp; process-wide, so it
+  // holds for every in-process actor; worker processes keep the BLAS's default). 0 leaves the
+  // default, every core: the fastest when one actor computes at a time (GRPO, DPO). 1 when actors
+  // compute side by side (PPO's policy and critic train at once: build/bin/ppo sets it).
+  std::int32_t blas_threads = 0;
   // false: every actor on its own thread of this process (the default; what the demo measures).
   // true: trainer and rollout engine share one worker process (one bundle of a PACK placement
   // group, colocated, so the weight hand-over stays a pointer swap); reference, reward and the
@@ -287,6 +292,7 @@ class Run {
   ActorRef<actors::Reward> reward_;
   std::optional<ActorRef<actors::RewardModel>> reward_model_;   // reward = "model:PATH"
   std::optional<PlacementGroup> group_;   // worker_processes only; removed with the Run
+  int blas_before_ = 0;                   // OpenBLAS's threads before config_.blas_threads, restored at the end
 };
 
 }  // namespace troupe::rl
