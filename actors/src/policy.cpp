@@ -8,6 +8,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "troupe/actors/blas.hpp"
 #include "troupe/actors/tensor_bridge.hpp"
 #include "troupe/kernels/logprob.hpp"
 
@@ -252,9 +253,10 @@ at::Tensor token_logprobs_of(const at::Tensor& logits, const at::Tensor& tokens,
   return at::cat({zero, lp.narrow(1, 0, t - 1)}, 1);
 }
 
-void set_compute_threads(int n) {
+void set_compute_threads(int n, int blas_threads) {
   at::set_num_threads(n < 1 ? 1 : n);
   kernels::set_num_threads(n);
+  if (blas_threads > 0) set_blas_threads(blas_threads);
 }
 
 }  // namespace troupe::actors

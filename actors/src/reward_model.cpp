@@ -23,7 +23,7 @@ struct RewardModel::Impl {
 };
 
 RewardModel::RewardModel(RewardModelConfig config) {
-  set_compute_threads(config.threads);
+  set_compute_threads(config.threads, config.blas_threads);
   impl_ = std::make_unique<Impl>(std::move(config));
   if (!impl_->config.weights_path.empty()) load_weights(impl_->config.weights_path);
 }

@@ -23,7 +23,7 @@ struct RolloutEngine::Impl {
 };
 
 RolloutEngine::RolloutEngine(RolloutConfig config) {
-  set_compute_threads(config.threads);
+  set_compute_threads(config.threads, config.blas_threads);
   impl_ = std::make_unique<Impl>(std::move(config));
 }
 RolloutEngine::~RolloutEngine() = default;

@@ -50,7 +50,7 @@ ObjectiveInput slice_input(const TrainBatch& b, const std::map<std::string, at::
 }  // namespace
 
 Trainer::Trainer(TrainerConfig config) {
-  set_compute_threads(config.threads);
+  set_compute_threads(config.threads, config.blas_threads);
   impl_ = std::make_unique<Impl>(std::move(config));
 }
 Trainer::~Trainer() = default;

@@ -55,9 +55,9 @@ class PlainRoles {
         task_(rl::make_task(c.task)),
         tokenizer_(task_->alphabet()),
         data_(rl::Dataset::make(*task_, c.train_size, c.heldout_size, c.seed)),
-        trainer_(actors::TrainerConfig{c.policy, c.sft.optim, c.trainer_threads}),
-        rollout_(actors::RolloutConfig{c.policy, c.rollout_threads, true}),
-        reference_(actors::ReferenceConfig{c.policy, "", c.reference_threads}),
+        trainer_(actors::TrainerConfig{c.policy, c.sft.optim, c.trainer_threads, c.blas_threads}),
+        rollout_(actors::RolloutConfig{c.policy, c.rollout_threads, true, c.blas_threads}),
+        reference_(actors::ReferenceConfig{c.policy, "", c.reference_threads, c.blas_threads}),
         reward_(actors::RewardConfig{task_->verifier(), 0.0f}) {
     trainer_.load_trunk(sft);
     trainer_.set_optimizer(c.optim);
@@ -66,7 +66,7 @@ class PlainRoles {
     if (c.algorithm == "ppo") {
       actors::PolicyConfig model = c.policy;
       model.scalar_heads = {"value"};
-      critic_.emplace(actors::TrainerConfig{model, c.critic_optim, c.trainer_threads});
+      critic_.emplace(actors::TrainerConfig{model, c.critic_optim, c.trainer_threads, c.blas_threads});
       critic_->load_trunk(sft);
     }
   }

@@ -18,7 +18,8 @@ actors::TrainBatch grpo_batch(const actors::RolloutBatch& samples, const TensorV
   b.tokens = samples.tokens;
   b.attn_mask = samples.attn_mask;
   b.loss_mask = samples.response_mask;
-  b.inputs = {{"ref_logp", ref_logp}, {"advantages", vector_view(advantages)}};
+  b.inputs = {{"advantages", vector_view(advantages)}};
+  if (ref_logp.data != nullptr) b.inputs["ref_logp"] = ref_logp;   // none with kl_coef 0
   if (config.updates_per_batch > 1) b.inputs["old_logp"] = samples.logprobs;   // the ratio to the sampling policy
   b.options = {{"clip_eps", config.clip_eps}, {"kl_coef", config.kl_coef}};
   b.temperature = config.temperature;
@@ -40,7 +41,8 @@ class Grpo final : public Algorithm {
     clock.lap(&StepTimes::rollout);
     const auto rewards = run.score(prompts, samples);
     clock.lap(&StepTimes::reward);
-    const auto ref_logp = run.reference_logprobs(samples);
+    // With beta = 0 the loss has no KL term: the reference is not asked (as verl without a KL loss).
+    const auto ref_logp = run.config().kl_coef != 0 ? run.reference_logprobs(samples) : TensorView{};
     clock.lap(&StepTimes::reference);
     const auto advantages = run.advantages(rewards);                    // group-relative
     const auto batch = grpo_batch(samples, ref_logp, advantages, run.config());

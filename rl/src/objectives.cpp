@@ -68,11 +68,14 @@ actors::ObjectiveOutput grpo_objective(const actors::ObjectiveInput& in) {
   const auto old = in.inputs.find("old_logp");
   PolicyLoss pg = clipped_policy_loss(in.logp, old != in.inputs.end() ? old->second : in.logp.detach(), need("advantages"),
                                       in.loss_mask, clip_eps);
-  auto kl = actors::seq_mean_token_mean(kl_k3(in.logp, need("ref_logp"), in.loss_mask), in.loss_mask);
   actors::ObjectiveOutput out;
-  out.loss = kl_coef != 0 ? pg.loss + kl_coef * kl : pg.loss;
+  out.loss = pg.loss;
+  if (kl_coef != 0 || in.inputs.count("ref_logp") != 0) {   // with kl_coef 0 the reference is optional (only reported)
+    auto kl = actors::seq_mean_token_mean(kl_k3(in.logp, need("ref_logp"), in.loss_mask), in.loss_mask);
+    if (kl_coef != 0) out.loss = pg.loss + kl_coef * kl;
+    out.metrics["kl"] = kl.item<double>();
+  }
   out.metrics["pg_loss"] = pg.loss.item<double>();
-  out.metrics["kl"] = kl.item<double>();
   out.metrics["clip_fraction"] = pg.clip_fraction;
   return out;
 }

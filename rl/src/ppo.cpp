@@ -92,7 +92,7 @@ class Ppo final : public Algorithm {
     actors::PolicyConfig model = run.config().policy;
     model.scalar_heads = {"value"};
     critic_ = run.runtime().spawn<actors::Trainer>(
-        run.role_options("critic"), actors::TrainerConfig{model, run.config().critic_optim, run.config().trainer_threads});
+        run.role_options("critic"), actors::TrainerConfig{model, run.config().critic_optim, run.config().trainer_threads, run.config().blas_threads});
   }
 
   void after_warm_start(Run& run) override {

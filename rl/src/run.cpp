@@ -195,23 +195,23 @@ void Run::spawn_actors() {
     rollout.bundle(*group_, 0, /*colocate=*/true);
     weights.bundle(*group_, 0, /*colocate=*/true);   // with the trainer: publishing is one copy, pulling none
   }
-  trainer_ = rt_.spawn<actors::Trainer>(trainer, actors::TrainerConfig{config_.policy, config_.sft.optim, config_.trainer_threads});
-  rollout_ = rt_.spawn<actors::RolloutEngine>(rollout, actors::RolloutConfig{config_.policy, config_.rollout_threads, true});
+  trainer_ = rt_.spawn<actors::Trainer>(trainer, actors::TrainerConfig{config_.policy, config_.sft.optim, config_.trainer_threads, config_.blas_threads});
+  rollout_ = rt_.spawn<actors::RolloutEngine>(rollout, actors::RolloutConfig{config_.policy, config_.rollout_threads, true, config_.blas_threads});
   reference_ = rt_.spawn<actors::Reference>(role_options("reference"),
-                                            actors::ReferenceConfig{config_.policy, "", config_.reference_threads});
+                                            actors::ReferenceConfig{config_.policy, "", config_.reference_threads, config_.blas_threads});
   reward_ = rt_.spawn<actors::Reward>(role_options("reward"), actors::RewardConfig{task_->verifier(), 0.0f});
   if (config_.reward.rfind("model:", 0) == 0) {   // the run's architecture with a score head
     actors::PolicyConfig rm = config_.policy;
     rm.scalar_heads = {"score"};
     const std::string path = std::filesystem::absolute(config_.reward.substr(6)).string();
     reward_model_ = rt_.spawn<actors::RewardModel>(role_options("reward_model"),
-                                                   actors::RewardModelConfig{rm, path, config_.reference_threads});
+                                                   actors::RewardModelConfig{rm, path, config_.reference_threads, config_.blas_threads});
   }
   weights_ = rt_.spawn<WeightStore>(weights);
   // Engines 1.. run in worker processes of their own wherever the head finds room.
   const Options member = Options{}.process(true).cpus(config_.rollout_threads);
   pool_ = std::make_unique<RolloutPool>(rt_, rollout_, weights_, rollouts_, member,
-                                        actors::RolloutConfig{config_.policy, config_.rollout_threads, true});
+                                        actors::RolloutConfig{config_.policy, config_.rollout_threads, true, config_.blas_threads});
 }
 
 Run::~Run() {

@@ -154,6 +154,23 @@ TEST_CASE("the GRPO objective without old_logp is on-policy: the same as old_log
   CHECK(at::equal(grad_on, grad_old));
 }
 
+TEST_CASE("the GRPO objective with beta 0 needs no reference: the policy loss alone, no kl metric; with beta > 0 it does") {
+  at::manual_seed(5);
+  auto base = at::randn({3, 4}) * 0.3 - 1.0;
+  auto adv = at::randn({3});
+  auto mask = at::ones({3, 4}, at::kBool);
+  troupe::actors::ObjectiveInput in;
+  in.logp = base.clone().requires_grad_(true);
+  in.loss_mask = mask;
+  in.inputs = {{"advantages", adv}};
+  in.options = {{"clip_eps", 0.2}, {"kl_coef", 0.0}};
+  auto out = grpo_objective(in);
+  CHECK(out.metrics.count("kl") == 0);
+  CHECK(out.loss.item<double>() == doctest::Approx(clipped_policy_loss(base, base, adv, mask, 0.2).loss.item<double>()));
+  in.options["kl_coef"] = 0.1;
+  CHECK_THROWS_AS(grpo_objective(in), std::invalid_argument);
+}
+
 TEST_CASE("DPO and IPO losses and their gradients match hand-computed values") {
   // One pair. Chosen: logp -1, -2 (both valid) -> s = -3, ref -4; rejected: -2, (-2 masked) -> s = -2,
   // ref -1. h = (-3 + 4) - (-2 + 1) = 2.

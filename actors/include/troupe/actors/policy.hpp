@@ -106,7 +106,7 @@ at::Tensor last_token_index(const at::Tensor& attn_mask);
 
 // Sets this thread's libtorch intra-op threads and the kernels' thread budget. Actors call it from
 // their constructor, which runs on the actor's own thread (OpenMP thread counts are per thread).
-// The BLAS's own pool is process-wide: blas.hpp.
-void set_compute_threads(int n);
+// blas_threads > 0 also sets the BLAS's own pool, which is process-wide (blas.hpp).
+void set_compute_threads(int n, int blas_threads = 0);
 
 }  // namespace troupe::actors

@@ -14,7 +14,8 @@ struct ReferenceConfig {
   PolicyConfig policy;
   std::string weights_path;   // safetensors; empty keeps the initial weights of policy.seed
   std::int32_t threads = 2;
-  MSGPACK_DEFINE(policy, weights_path, threads);
+  std::int32_t blas_threads = 0;   // > 0: OpenBLAS's threads for this actor's whole process (blas.hpp); 0 leaves them
+  MSGPACK_DEFINE(policy, weights_path, threads, blas_threads);
 };
 
 class Reference {

@@ -16,7 +16,8 @@ struct RewardModelConfig {
   PolicyConfig model;          // its scalar_heads must include "score"
   std::string weights_path;    // safetensors (every parameter); empty keeps the initial weights
   std::int32_t threads = 1;
-  MSGPACK_DEFINE(model, weights_path, threads);
+  std::int32_t blas_threads = 0;   // > 0: OpenBLAS's threads for this actor's whole process (blas.hpp); 0 leaves them
+  MSGPACK_DEFINE(model, weights_path, threads, blas_threads);
 };
 
 class RewardModel {

@@ -19,7 +19,8 @@ struct RolloutConfig {
   PolicyConfig policy;
   std::int32_t threads = 2;    // libtorch intra-op threads of this actor's thread
   bool use_cache = true;       // KV cache; false recomputes the prefix each token (for tests)
-  MSGPACK_DEFINE(policy, threads, use_cache);
+  std::int32_t blas_threads = 0;   // > 0: OpenBLAS's threads for this actor's whole process (blas.hpp); 0 leaves them
+  MSGPACK_DEFINE(policy, threads, use_cache, blas_threads);
 };
 
 class RolloutEngine {

@@ -19,7 +19,8 @@ struct TrainerConfig {
   PolicyConfig policy;
   OptimConfig optim;
   std::int32_t threads = 2;   // libtorch intra-op threads of this actor's thread
-  MSGPACK_DEFINE(policy, optim, threads);
+  std::int32_t blas_threads = 0;   // > 0: OpenBLAS's threads for this actor's whole process (blas.hpp); 0 leaves them
+  MSGPACK_DEFINE(policy, optim, threads, blas_threads);
 };
 
 class Trainer {

@@ -13,7 +13,8 @@
 namespace troupe::rl {
 
 // GRPO's update (Shao et al. 2024, arXiv:2402.03300, Algorithm 1): tokens and masks of the
-// samples, the loss on the response, inputs ref_logp [N, T] and advantages [N] (one per row), and
+// samples, the loss on the response, inputs ref_logp [N, T] (left out when it is an empty view: a
+// run with kl_coef 0 asks no reference) and advantages [N] (one per row), and
 // old_logp (the sampler's) when there are several updates per batch (mu > 1); with one, the update
 // is on-policy and its math does not depend on which engines sampled (grpo_objective). Objective
 // config.objective with clip_eps and kl_coef; a prompt's G samples stay in one micro-batch.

@@ -31,8 +31,9 @@ PolicyLoss clipped_policy_loss(const at::Tensor& logp, const at::Tensor& old_log
 
 // The GRPO objective for the Trainer:
 //   L = clipped_policy_loss + kl_coef * (1/n) sum_rows (1/|o|) sum_t k3_t
-// inputs: "old_logp" [n, T], "ref_logp" [n, T], "advantages" [n]; options: "clip_eps" (0.2),
-// "kl_coef" (0.04). Metrics: pg_loss, kl, clip_fraction. Without "old_logp" the update is
+// inputs: "old_logp" [n, T], "ref_logp" [n, T] (optional when kl_coef is 0), "advantages" [n];
+// options: "clip_eps" (0.2), "kl_coef" (0.04). Metrics: pg_loss, kl (when ref_logp is given),
+// clip_fraction. Without "old_logp" the update is
 // on-policy: old = logp detached (the ratio is 1, its gradient the policy gradient), which is exact
 // for one update per batch of samples from the trainer's own version (TRL's GRPO with
 // num_iterations = 1 does the same; verl recomputes old logprobs with the actor for the reason

@@ -114,10 +114,11 @@ struct RunConfig {
   std::int32_t trainer_threads = 1;
   std::int32_t rollout_threads = 1;
   std::int32_t reference_threads = 1;
-  // OpenBLAS's threads in this process while the run lasts (actors/blas.hpp; process-wide, so it
-  // holds for every in-process actor; worker processes keep the BLAS's default). 0 leaves the
-  // default, every core: the fastest when one actor computes at a time (GRPO, DPO). 1 when actors
-  // compute side by side (PPO's policy and critic train at once: build/bin/ppo sets it).
+  // OpenBLAS's threads in every process that runs the run's actors (actors/blas.hpp: its pool is
+  // process-wide; this process's is restored when the run ends). 0 leaves the BLAS's default,
+  // every core: the fastest when one actor computes at a time (GRPO, DPO). 1 when actors compute
+  // side by side (PPO's policy and critic train at once: build/bin/ppo sets it). The thread count
+  // changes a GEMM's last bits: runs compare bit for bit only at the same setting.
   std::int32_t blas_threads = 0;
   // false: every actor on its own thread of this process (the default; what the demo measures).
   // true: trainer and rollout engine share one worker process (one bundle of a PACK placement
