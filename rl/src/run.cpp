@@ -132,15 +132,18 @@ RunConfig RunConfig::demo() {
   c.policy.layers = 2;
   c.policy.d_model = 64;
   c.policy.heads = 4;
-  c.sft.steps = 300;          // ~25% held-out accuracy: a start with reward to climb from
+  // Tuned for held-out points per second of GRPO on seeds 1-4 (README: the seeds' table). A
+  // 600-step warm start (~50-64 % held-out accuracy) is where GRPO climbs fastest: from 300 steps
+  // (~30 %) it gained +19 in 60 s, from 1,000 (~72 %) +16.
+  c.sft.steps = 600;
   c.sft.batch_size = 64;
   c.sft.optim.lr = 3e-3;
   c.sft.optim.warmup_steps = 20;
-  c.steps = 500;
+  c.steps = 450;              // ~50 s of GRPO on a quiet 2-core VM
   c.prompts_per_step = 64;
   c.group_size = 8;
   c.optim.lr = 3e-4;
-  c.kl_coef = 0.04;
+  c.kl_coef = 0.0;            // no KL term, so no reference pass: ~20 % less per step, the same learning
   c.eval_every = 20;
   return c;
 }

@@ -28,8 +28,9 @@ std::vector<nlohmann::json> read_metrics(const std::string& dir) {
   return lines;
 }
 
+// --kl 0.04: the demo's beta is 0, which asks no reference; these runs keep it in the graph.
 const std::vector<std::string> kShortRun{"--steps", "3", "--sft-steps", "20", "--heldout-size", "50", "--train-size", "200",
-                                         "--prompts", "8", "--eval-every", "3"};
+                                         "--prompts", "8", "--eval-every", "3", "--kl", "0.04"};
 
 std::vector<nlohmann::json> run_grpo(const std::string& dir, bool workers, const std::vector<std::string>& args = kShortRun) {
   std::vector<std::string> argv{TROUPE_GRPO, "--run-dir", dir};
@@ -73,7 +74,7 @@ TEST_CASE("GRPO in worker processes takes the same steps as in-process") {
 // The sizes of a short run whose steps take long enough for nodes to join and die during it (150
 // steps were too few under ctest -j2 once: the run ended before the second member served).
 const std::vector<std::string> kElasticRun{"--steps", "300", "--sft-steps", "100", "--heldout-size", "100", "--train-size", "400",
-                                           "--prompts", "16", "--eval-every", "25"};
+                                           "--prompts", "16", "--eval-every", "25", "--kl", "0.04"};
 
 TEST_CASE("GRPO draws the same samples on 1 rollout engine, on 3, and on an elastic group that goes 1 -> 3 -> 2 mid-run") {
   test_support::TempDir dir("troupe-grpo-elastic");
