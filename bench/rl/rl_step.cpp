@@ -10,7 +10,8 @@
 //               math (the algorithms' batch builders, algorithms.hpp): one plain libtorch loop.
 // PPO runs with build/bin/ppo's settings, blas_threads 1 among them (OpenBLAS at one thread in this
 // whole process while its runs last, the plain loop's steps included: actors/blas.hpp).
-// All three start from the same SFT weights and draw the same prompts and seeds; `same_math` checks
+// GRPO runs with beta 0.04 (the reference in its step, as this bench measured it before the demo
+// dropped the KL term). All three start from the same SFT weights and draw the same prompts and seeds; `same_math` checks
 // that their rewards and losses match step for step. Prints one JSON object with a key per
 // algorithm: step_ms, median_step_ms, tokens_per_s and the split per phase of each way, and
 // overhead_ratio = in_process / plain and overhead_ratio_workers = workers / plain (by mean step
@@ -85,7 +86,10 @@ class PlainRoles {
     lap(out.seconds.rollout);
     const auto rewards = reward_.score(rl::score_items(problems, config_.group_size, samples, tokenizer_));
     lap(out.seconds.reward);
-    const auto ref = reference_.logprobs(actors::LogprobRequest{samples.tokens, samples.attn_mask, config_.temperature});
+    // GRPO with beta 0 asks no reference (rl/src/grpo.cpp); PPO and DPO always do.
+    const bool need_ref = config_.algorithm != "grpo" || config_.kl_coef != 0;
+    const auto ref = need_ref ? reference_.logprobs(actors::LogprobRequest{samples.tokens, samples.attn_mask, config_.temperature})
+                              : TensorView{};
     std::optional<TensorView> values;
     if (critic_) values = critic_->head_values(actors::SequenceBatch{samples.tokens, samples.attn_mask}, "value");
     lap(out.seconds.reference);
@@ -304,6 +308,7 @@ int main(int argc, char** argv) {
       continue;
     }
     rl::RunConfig c = demo;
+    c.kl_coef = 0.04;   // GRPO keeps the reference in its step, as in this bench's figures before the demo dropped it
     if (name == "ppo" || name == "dpo") {   // build/bin/ppo's and build/bin/dpo's settings (examples/)
       c.algorithm = name;
       if (name == "ppo") {

@@ -146,6 +146,28 @@ TEST_CASE("a resumed PPO run, its critic included, and a resumed DPO run take th
   check_resume_equals_no_stop("dpo", [](RunConfig& c) { c.dpo_round_steps = 3; });   // the stop falls inside a round
 }
 
+TEST_CASE("GRPO and DPO: 60 seeded steps of the demo raise held-out accuracy over the SFT start") {
+  auto rt = troupe::Runtime::create().value();
+  for (const std::string algorithm : {"grpo", "dpo"}) {
+    CAPTURE(algorithm);
+    auto config = RunConfig::demo();   // its 600-step warm start, 64 prompts x 8
+    config.algorithm = algorithm;
+    config.steps = 60;
+    config.eval_every = 0;
+    config.verbose = false;
+    config.run_dir = (std::filesystem::temp_directory_path() / ("troupe_" + algorithm + "_learns-" + std::to_string(::getpid()))).string();
+    std::filesystem::remove_all(config.run_dir);
+    Run run(rt, config);
+    run.warm_start();
+    const double before = run.evaluate().accuracy;
+    for (int s = 0; s < config.steps; ++s) run.step();
+    const double after = run.evaluate().accuracy;
+    MESSAGE(algorithm << ": held-out accuracy " << before << " -> " << after);
+    CHECK(after >= before + 0.08);   // measured on seed 1: grpo 0.492 -> 0.658, dpo 0.492 -> 0.660 at step 60
+    std::filesystem::remove_all(config.run_dir);
+  }
+}
+
 TEST_CASE("PPO: a short seeded run on the demo task raises its held-out accuracy, its critic learning the values") {
   auto rt = troupe::Runtime::create().value();
   auto config = RunConfig::demo();   // held-out accuracy needs a task that generalises: the demo's, 60 steps
