@@ -287,7 +287,7 @@ TROUPE_ALGORITHM("test_sample_only", SampleOnly);
 
 }  // namespace
 
-TEST_CASE("a program registers its own algorithm by name (TROUPE_ALGORITHM); an unknown name is refused naming the known ones") {
+TEST_CASE("a program registers its own algorithm by name (TROUPE_ALGORITHM), and an unknown name is refused naming the known ones") {
   const auto names = algorithm_names();
   CHECK(std::find(names.begin(), names.end(), "test_sample_only") != names.end());
   auto rt = troupe::Runtime::create().value();

@@ -154,7 +154,7 @@ TEST_CASE("the GRPO objective without old_logp is on-policy: the same as old_log
   CHECK(at::equal(grad_on, grad_old));
 }
 
-TEST_CASE("the GRPO objective with beta 0 needs no reference: the policy loss alone, no kl metric; with beta > 0 it does") {
+TEST_CASE("the GRPO objective with beta 0 needs no reference (the policy loss alone, no kl metric), with beta > 0 it does") {
   at::manual_seed(5);
   auto base = at::randn({3, 4}) * 0.3 - 1.0;
   auto adv = at::randn({3});

@@ -5,7 +5,7 @@
 //
 //   trainer    Trainer        policy pi_theta, AdamW            (colocated with rollout engine 0)
 //   rollout    RolloutEngine  samples G responses per prompt     (more engines: --rollouts MIN:MAX)
-//   reference  Reference      frozen pi_ref = the SFT warm start
+//   reference  Reference      frozen pi_ref = the SFT warm start  (not asked by GRPO with beta 0)
 //   reward     Reward         rule verifier of the task, or a RewardModel (reward = model:PATH)
 //   + the algorithm's own      (PPO's critic)
 //
