@@ -150,7 +150,7 @@ bool plot_metrics(const std::string& metrics_path, const std::string& png_path, 
     std::ofstream s(script);
     s << "set terminal pngcairo size 900,500 font 'sans,10'\n"
       << "set output '" << png_path << "'\n"
-      << "set title '" << title << "'\nset xlabel 'GRPO step'\nset ylabel 'fraction'\n"
+      << "set title '" << title << "'\nset xlabel 'step'\nset ylabel 'fraction'\n"
       << "set yrange [0:1]\nset key top left\nset grid\nset datafile missing 'NaN'\n";
     if (sft_heldout_acc) s << "set arrow from graph 0, first " << *sft_heldout_acc << " to graph 1, first "
                            << *sft_heldout_acc << " nohead dashtype 2 lc rgb 'gray'\n"
