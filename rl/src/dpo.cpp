@@ -61,7 +61,10 @@ class Dpo final : public Algorithm {
     TensorView bytes = TensorView::empty(DType::U8, {std::int64_t(p.bytes.size())});
     std::copy(p.bytes.begin(), p.bytes.end(), bytes.data_as<char>());
     named.emplace_back("round", bytes);
-    for (std::size_t i = 0; i < p.tensors.size(); ++i) named.emplace_back("t" + std::to_string(i), p.tensors[i]);
+    for (std::size_t i = 0; i < p.tensors.size(); ++i) {   // a step without pairs has an empty batch: its views hold no data
+      const TensorView& t = p.tensors[i];
+      named.emplace_back("t" + std::to_string(i), t.data != nullptr ? t : TensorView::empty(DType::U8, {0}));
+    }
     actors::write_safetensors(dir + "/" + kRoundFile, named);
   }
 

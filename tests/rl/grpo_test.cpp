@@ -84,10 +84,10 @@ void check_resume_equals_no_stop(const std::string& algorithm, const std::functi
   auto rt = troupe::Runtime::create().value();
   auto straight = tiny("troupe_" + algorithm + "_straight");
   straight.algorithm = algorithm;
-  if (configure) configure(straight);
   straight.steps = 4;
   straight.sft.steps = 10;
   straight.eval_every = 2;
+  if (configure) configure(straight);
   troupe::actors::Weights expected;
   {
     Run grpo(rt, straight);
@@ -144,6 +144,10 @@ TEST_CASE("a resumed PPO run, its critic included, and a resumed DPO run take th
   });
   check_resume_equals_no_stop("dpo");
   check_resume_equals_no_stop("dpo", [](RunConfig& c) { c.dpo_round_steps = 3; });   // the stop falls inside a round
+  check_resume_equals_no_stop("dpo", [](RunConfig& c) {   // the same with steps that have no pair (an untrained policy)
+    c.dpo_round_steps = 3;
+    c.sft.steps = 0;
+  });
 }
 
 TEST_CASE("GRPO and DPO: 60 seeded steps of the demo raise held-out accuracy over the SFT start") {
