@@ -1,9 +1,10 @@
-// examples/ppo: PPO (Schulman et al. 2017; Ouyang et al. 2022's recipe) on the demo task: after the
-// same SFT warm start, a critic (the policy's architecture with a value head, from the SFT trunk)
-// gives per-token values; each step's rewards (the verifier's at the last token, a per-token KL
-// penalty to the SFT policy) become GAE advantages and returns; the policy and the critic then take
-// updates_per_batch epochs of mini_batches steps each, side by side. Prints the same JSON line as
-// build/bin/grpo. With --reward model:PATH a RewardModel (build/bin/reward_model) gives the rewards.
+// examples/ppo: PPO (Schulman et al. 2017; Ouyang et al. 2022's recipe) on the demo task: after a
+// 300-step SFT warm start (half the GRPO demo's: PPO climbs from a lower start), a critic (the
+// policy's architecture with a value head, from the SFT trunk) gives per-token values; each step's
+// rewards (the verifier's at the last token, a per-token KL penalty to the SFT policy) become GAE
+// advantages and returns; the policy and the critic then take updates_per_batch epochs of
+// mini_batches steps each, side by side. Prints the same JSON line as build/bin/grpo. With
+// --reward model:PATH a RewardModel (build/bin/reward_model) gives the rewards.
 #include <troupe/rl.hpp>
 
 #include <iostream>
@@ -11,7 +12,7 @@
 
 int main(int argc, char** argv) {
   auto rt = troupe::init(argc, argv);
-  auto config = troupe::rl::RunConfig::demo();   // the demo's task, model, SFT and sampling
+  auto config = troupe::rl::RunConfig::demo();   // the demo's task, model and sampling
   config.algorithm = "ppo";
   config.sft.steps = 300;         // from the demo's 600-step start (~50-70 %) PPO gained +12 in 450 steps; from 300 (~30 %), +24
   config.steps = 500;
