@@ -9,14 +9,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <map>
-#include <mutex>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
 #include "builtin_algorithms.hpp"
 #include "troupe/actors/blas.hpp"
+#include "troupe/named_registry.hpp"
 #include "troupe/rl/batches.hpp"
 #include "troupe/rl/config.hpp"
 #include "troupe/rl/objectives.hpp"
@@ -37,20 +36,11 @@ std::uint64_t mix(std::uint64_t x) {
 
 // --- the algorithms' registry ---------------------------------------------------------------------
 
-struct Registry {
-  std::mutex mu;
-  std::map<std::string, AlgorithmFactory> factories;
-};
-
-Registry& registry() {
-  static Registry* r = [] {
-    auto* reg = new Registry;   // never destroyed: a worker's exit may still look an algorithm up
-    reg->factories["grpo"] = detail::make_grpo;   // named here so that the linker keeps their files
-    reg->factories["ppo"] = detail::make_ppo;
-    reg->factories["dpo"] = detail::make_dpo;
-    return reg;
-  }();
-  return *r;
+NamedRegistry<AlgorithmFactory>& registry() {
+  static NamedRegistry<AlgorithmFactory> r("algorithm");
+  static const bool builtins [[maybe_unused]] =   // named here so that the linker keeps their files
+      (r.put("grpo", detail::make_grpo), r.put("ppo", detail::make_ppo), r.put("dpo", detail::make_dpo), true);
+  return r;
 }
 
 // FNV-1a over the step's token ids and response mask: two runs drew the same samples iff equal
@@ -73,34 +63,18 @@ std::string samples_digest(const actors::RolloutBatch& b) {
 
 }  // namespace
 
-void register_algorithm(const std::string& name, AlgorithmFactory factory) {
-  auto& r = registry();
-  std::lock_guard lock(r.mu);
-  r.factories[name] = std::move(factory);
-}
+void register_algorithm(const std::string& name, AlgorithmFactory factory) { registry().put(name, std::move(factory)); }
 
-std::vector<std::string> algorithm_names() {
-  auto& r = registry();
-  std::lock_guard lock(r.mu);
-  std::vector<std::string> names;
-  for (const auto& [name, f] : r.factories) names.push_back(name);
-  return names;
-}
+std::vector<std::string> algorithm_names() { return registry().names(); }
 
 std::unique_ptr<Algorithm> make_algorithm(const RunConfig& config) {
-  AlgorithmFactory factory;
-  {
-    auto& r = registry();
-    std::lock_guard lock(r.mu);
-    auto it = r.factories.find(config.algorithm);
-    if (it != r.factories.end()) factory = it->second;
-  }
-  if (!factory) {
+  const AlgorithmFactory* factory = registry().find(config.algorithm);
+  if (factory == nullptr) {
     std::string known;
     for (const auto& n : algorithm_names()) known += (known.empty() ? "" : ", ") + n;
     throw std::invalid_argument("unknown algorithm '" + config.algorithm + "' (known: " + known + ")");
   }
-  return factory(config);
+  return (*factory)(config);
 }
 
 void Algorithm::spawn(Run&) {}
@@ -177,7 +151,7 @@ Run::Run(Runtime& rt, RunConfig config) : rt_(rt), config_(std::move(config)) {
     RunConfig resolved = config_;
     std::ofstream(config_.run_dir + "/config.toml") << run_config_schema(resolved).to_toml();
   }
-  if (config_.blas_threads > 0) blas_before_ = actors::set_blas_threads(config_.blas_threads);
+  if (config_.blas_threads > 0) blas_before_ = actors::blas_threads();   // the actors set theirs (their configs)
   spawn_actors();
   algorithm_->spawn(*this);
 }

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 namespace troupe {
 
@@ -32,6 +33,14 @@ class NamedRegistry {
     std::lock_guard lk(mu_);
     auto it = entries_.find(name);
     return it == entries_.end() ? nullptr : &it->second;
+  }
+  // Every entry's name, in order.
+  std::vector<std::string> names() const {
+    std::lock_guard lk(mu_);
+    std::vector<std::string> out;
+    out.reserve(entries_.size());
+    for (const auto& [name, entry] : entries_) out.push_back(name);
+    return out;
   }
   // Throws std::invalid_argument naming the entry when there is none.
   const T& at(std::string_view name) const {
