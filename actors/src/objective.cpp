@@ -25,6 +25,12 @@ double option_or(const std::map<std::string, double>& options, const std::string
   return it == options.end() ? fallback : it->second;
 }
 
+const at::Tensor& require_input(const ObjectiveInput& in, const std::string& key, const std::string& objective) {
+  auto it = in.inputs.find(key);
+  if (it == in.inputs.end()) throw std::invalid_argument(objective + " objective: missing input '" + key + "'");
+  return it->second;
+}
+
 at::Tensor seq_mean_token_mean(const at::Tensor& x, const at::Tensor& mask) {
   auto m = mask.to(x.scalar_type());
   auto per_row = (x * m).sum(1) / m.sum(1).clamp_min(1.0);

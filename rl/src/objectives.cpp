@@ -60,11 +60,7 @@ PolicyLoss clipped_policy_loss(const at::Tensor& logp, const at::Tensor& old_log
 actors::ObjectiveOutput grpo_objective(const actors::ObjectiveInput& in) {
   const double clip_eps = actors::option_or(in.options, "clip_eps", 0.2);
   const double kl_coef = actors::option_or(in.options, "kl_coef", 0.04);
-  auto need = [&](const char* k) -> const at::Tensor& {
-    auto it = in.inputs.find(k);
-    if (it == in.inputs.end()) throw std::invalid_argument(std::string("grpo objective: missing input '") + k + "'");
-    return it->second;
-  };
+  auto need = [&](const char* k) -> const at::Tensor& { return actors::require_input(in, k, "grpo"); };
   const auto old = in.inputs.find("old_logp");
   PolicyLoss pg = clipped_policy_loss(in.logp, old != in.inputs.end() ? old->second : in.logp.detach(), need("advantages"),
                                       in.loss_mask, clip_eps);
@@ -83,11 +79,7 @@ actors::ObjectiveOutput grpo_objective(const actors::ObjectiveInput& in) {
 void register_grpo_objective() { actors::register_objective("grpo", &grpo_objective); }
 
 actors::ObjectiveOutput ppo_objective(const actors::ObjectiveInput& in) {
-  auto need = [&](const char* k) -> const at::Tensor& {
-    auto it = in.inputs.find(k);
-    if (it == in.inputs.end()) throw std::invalid_argument(std::string("ppo objective: missing input '") + k + "'");
-    return it->second;
-  };
+  auto need = [&](const char* k) -> const at::Tensor& { return actors::require_input(in, k, "ppo"); };
   PolicyLoss pg = clipped_policy_loss(in.logp, need("old_logp"), need("advantages"), in.loss_mask,
                                       actors::option_or(in.options, "clip_eps", 0.2));
   actors::ObjectiveOutput out;
@@ -102,11 +94,7 @@ actors::ObjectiveOutput ppo_objective(const actors::ObjectiveInput& in) {
 actors::ObjectiveOutput value_objective(const actors::ObjectiveInput& in) {
   auto head = in.heads.find("value");
   if (head == in.heads.end()) throw std::invalid_argument("value objective: the model has no 'value' head");
-  auto need = [&](const char* k) -> const at::Tensor& {
-    auto it = in.inputs.find(k);
-    if (it == in.inputs.end()) throw std::invalid_argument(std::string("value objective: missing input '") + k + "'");
-    return it->second;
-  };
+  auto need = [&](const char* k) -> const at::Tensor& { return actors::require_input(in, k, "value"); };
   ValueLoss vl = clipped_value_loss(actors::token_values_of(head->second), need("old_values").to(at::kFloat),
                                     need("returns").to(at::kFloat), in.loss_mask, actors::option_or(in.options, "value_clip", 0.2));
   actors::ObjectiveOutput out;
@@ -168,9 +156,7 @@ PreferenceLoss preference_loss(const at::Tensor& logp, const at::Tensor& mask, c
 }
 
 actors::ObjectiveOutput dpo_objective(const actors::ObjectiveInput& in) {
-  auto it = in.inputs.find("ref_seq_logp");
-  if (it == in.inputs.end()) throw std::invalid_argument("dpo objective: missing input 'ref_seq_logp'");
-  auto pl = preference_loss(in.logp, in.loss_mask, it->second, actors::option_or(in.options, "beta", 0.1),
+  auto pl = preference_loss(in.logp, in.loss_mask, actors::require_input(in, "ref_seq_logp", "dpo"), actors::option_or(in.options, "beta", 0.1),
                             actors::option_or(in.options, "ipo", 0.0) != 0.0);
   actors::ObjectiveOutput out;
   out.loss = pl.loss;

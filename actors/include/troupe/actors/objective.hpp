@@ -37,6 +37,8 @@ Objective find_objective(const std::string& name);
 
 // The option `key`, or `fallback` when absent.
 double option_or(const std::map<std::string, double>& options, const std::string& key, double fallback);
+// The input `key`; std::invalid_argument "<objective> objective: missing input '<key>'" when absent.
+const at::Tensor& require_input(const ObjectiveInput& in, const std::string& key, const std::string& objective);
 
 // Sequence-mean of token-means: (1/n) sum_rows (sum_t mask * x) / max(1, sum_t mask). x, mask [n, T].
 at::Tensor seq_mean_token_mean(const at::Tensor& x, const at::Tensor& mask);
