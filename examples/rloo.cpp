@@ -39,9 +39,7 @@ int main(int argc, char** argv) {
   config.run_dir = "runs/rloo";
   try {   // --config FILE, any key with --set algo.steps=200, and the common keys' flags (--seed 2, --steps, ...)
     auto schema = troupe::rl::run_config_schema(config);
-    troupe::rl::apply_program_command_line(schema, argc, argv,
-                                           {{"--seed", "run.seed"}, {"--steps", "algo.steps"}, {"--run-dir", "run.run_dir"},
-                                            {"--reward", "algo.reward"}, {"--rollouts", "placement.rollouts"}});
+    troupe::rl::apply_program_command_line(schema, argc, argv, troupe::rl::common_program_flags());
   } catch (const std::invalid_argument& e) {
     std::cerr << "rloo: " << e.what() << "\n";
     return 2;

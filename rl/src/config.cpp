@@ -2,7 +2,6 @@
 
 #include <toml++/toml.h>
 
-#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <fstream>
@@ -149,6 +148,12 @@ void ConfigSchema::set(const std::string& assignment) {
   assign(e->field, *parsed.get("v"), key, at);
 }
 
+void ConfigSchema::set_text(const std::string& key, const std::string& value) {
+  const Entry* e = find(key);
+  if (e != nullptr && std::holds_alternative<std::string*>(e->field)) *std::get<std::string*>(e->field) = value;
+  else set(key + "=" + value);   // an unknown key is refused there, by name
+}
+
 std::string ConfigSchema::to_toml() const {
   std::ostringstream out;
   std::string part;
@@ -197,11 +202,12 @@ void apply_program_command_line(ConfigSchema& schema, int argc, const char* cons
     else throw std::invalid_argument(name + " needs a value");
   }
   apply_command_line(schema, argc, argv);
-  for (const auto& [key, value] : given) {
-    const bool text = value.empty() || !(std::isdigit(static_cast<unsigned char>(value[0])) || value[0] == '-' ||
-                                         value == "true" || value == "false");
-    schema.set(key + "=" + (text ? "'" + value + "'" : value));
-  }
+  for (const auto& [key, value] : given) schema.set_text(key, value);
+}
+
+std::map<std::string, std::string> common_program_flags() {
+  return {{"--seed", "run.seed"}, {"--steps", "algo.steps"}, {"--run-dir", "run.run_dir"},
+          {"--reward", "algo.reward"}, {"--rollouts", "placement.rollouts"}};
 }
 
 ConfigSchema run_config_schema(RunConfig& c) {

@@ -125,4 +125,12 @@ TEST_CASE("a program's command line: its flags set their keys, --troupe-* flags 
   }
   const char* dangling[] = {"ppo", "--steps"};
   CHECK_THROWS_AS(apply_program_command_line(schema, 2, dangling, {{"--steps", "algo.steps"}}), std::invalid_argument);
+  // A flag's value is taken by its key's type: a run dir that reads as a number stays text.
+  const char* numeric_dir[] = {"dpo", "--run-dir", "2024", "--rollouts", "1:3", "--steps", "12"};
+  apply_program_command_line(schema, 7, numeric_dir, troupe::rl::common_program_flags());
+  CHECK(c.run_dir == "2024");
+  CHECK(c.rollouts == "1:3");
+  CHECK(c.steps == 12);
+  const char* not_a_number[] = {"dpo", "--steps", "many"};
+  CHECK_THROWS_AS(apply_program_command_line(schema, 3, not_a_number, troupe::rl::common_program_flags()), std::invalid_argument);
 }

@@ -30,6 +30,9 @@ class ConfigSchema {
   void load_string(const std::string& text, const std::string& source = "<string>");
   // "key=value" with the value in TOML syntax; a string may also be given bare ("task.spec=addition:1-2").
   void set(const std::string& assignment);
+  // A flag's value for `key`: a string key takes the text as it is (a run dir named "2024" stays a
+  // string), any other key parses it as a TOML value. Throws as set does.
+  void set_text(const std::string& key, const std::string& value);
   // Every key with its current value, grouped by part, in the order added: a TOML document that
   // load_string() reads back to the same values.
   std::string to_toml() const;
@@ -58,5 +61,7 @@ void apply_command_line(ConfigSchema& schema, int argc, const char* const* argv)
 // error naming it (std::invalid_argument), so a mistyped flag never passes silently.
 void apply_program_command_line(ConfigSchema& schema, int argc, const char* const* argv,
                                 const std::map<std::string, std::string>& flags);
+// The flags the RL programs share: --seed, --steps, --run-dir, --reward, --rollouts.
+std::map<std::string, std::string> common_program_flags();
 
 }  // namespace troupe::rl
