@@ -77,10 +77,10 @@ class Dpo final : public Algorithm {
     if (bytes == nullptr) throw std::runtime_error(path + ": no 'round' tensor");
     Payload p;
     p.bytes.assign(bytes->data_as<const char>(), bytes->data_as<const char>() + bytes->nbytes());
-    for (std::size_t i = 0;; ++i) {
-      const TensorView* t = file.find("t" + std::to_string(i));
-      if (t == nullptr) break;
-      p.tensors.push_back(*t);
+    for (const auto& [name, t] : file.tensors) {   // in file order, which is save()'s: t0, t1, ...
+      if (name == "round") continue;
+      if (name != "t" + std::to_string(p.tensors.size())) throw std::runtime_error(path + ": unexpected tensor '" + name + "'");
+      p.tensors.push_back(t);
     }
     for (auto& s : decode_value<std::vector<RoundStep>>(p)) round_.push_back(std::move(s));
   }
