@@ -26,12 +26,8 @@ const OpenBlas& openblas() {
 
 }  // namespace
 
-int set_blas_threads(int n) {
-  const auto& o = openblas();
-  if (o.set == nullptr) return 0;
-  const int before = o.get();
-  o.set(std::max(1, n));
-  return before;
+void set_blas_threads(int n) {
+  if (openblas().set != nullptr) openblas().set(std::max(1, n));
 }
 
 int blas_threads() { return openblas().get ? openblas().get() : 0; }

@@ -207,7 +207,9 @@ nlohmann::ordered_json bench_algorithm(Runtime& rt, rl::RunConfig config, const 
     same_math_workers = same_math_workers && same(y, z);
     if (i >= warmup) { a.push_back(x); b.push_back(y); c.push_back(z); }
   }
-  return report(a, b, c, same_math, same_math_workers);
+  auto j = report(a, b, c, same_math, same_math_workers);
+  j["blas_threads"] = config.blas_threads;
+  return j;
 }
 
 // Reward-model training (Bradley-Terry on pairs of a correct and a wrong answer, the SFT trunk with
@@ -224,7 +226,7 @@ nlohmann::ordered_json bench_reward_model(Runtime& rt, const rl::RunConfig& demo
   actors::OptimConfig optim;
   optim.lr = 1e-4;
   optim.warmup_steps = 20;
-  const actors::TrainerConfig tc{model, optim, demo.trainer_threads};
+  const actors::TrainerConfig tc{model, optim, demo.trainer_threads, demo.blas_threads};
   auto thread = rt.spawn<actors::Trainer>(Options{}.name("rm_thread"), tc);
   auto worker = rt.spawn<actors::Trainer>(Options{}.name("rm_worker").process(true), tc);
   actors::Trainer plain(tc);
@@ -257,7 +259,9 @@ nlohmann::ordered_json bench_reward_model(Runtime& rt, const rl::RunConfig& demo
   }
   rt.kill(thread);
   rt.kill(worker);
-  return report(a, b, c, same_math, same_math_workers);
+  auto j = report(a, b, c, same_math, same_math_workers);
+  j["blas_threads"] = demo.blas_threads;
+  return j;
 }
 
 }  // namespace
@@ -269,7 +273,7 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   mallopt(M_MMAP_THRESHOLD, 64 << 20);
   auto rt = troupe::init(argc, argv);   // a worker process of this bench returns never
-  int steps = 20, warmup = 3, sft_steps = 100, rm_pairs = 64;
+  int steps = 20, warmup = 3, sft_steps = 100, rm_pairs = 64, blas = -1;
   std::string algorithms = "grpo,ppo,dpo,reward_model";
   CLI::App app{"one step of each algorithm: troupe actors (in-process and in worker processes) vs a plain loop"};
   app.allow_extras();
@@ -277,6 +281,8 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "untimed steps first");
   app.add_option("--sft-steps", sft_steps, "SFT steps of the shared start (DPO needs correct answers to pair)");
   app.add_option("--algorithms", algorithms, "comma-separated: grpo, ppo, dpo, reward_model");
+  app.add_option("--blas-threads", blas,
+                 "OpenBLAS threads for every algorithm (placement.blas_threads; 0: the default pool); -1: each its own (ppo 1)");
   CLI11_PARSE(app, argc, argv);
 
   auto demo = rl::RunConfig::demo();
@@ -304,7 +310,9 @@ int main(int argc, char** argv) {
   std::stringstream list(algorithms);
   for (std::string name; std::getline(list, name, ',');) {
     if (name == "reward_model") {
-      out[name] = bench_reward_model(rt, demo, sft, warmup, steps, rm_pairs);
+      rl::RunConfig c = demo;
+      if (blas >= 0) c.blas_threads = blas;
+      out[name] = bench_reward_model(rt, c, sft, warmup, steps, rm_pairs);
       continue;
     }
     rl::RunConfig c = demo;
@@ -319,6 +327,7 @@ int main(int argc, char** argv) {
       std::cerr << "rl_step: unknown algorithm '" << name << "' (grpo, ppo, dpo, reward_model)\n";
       return 2;
     }
+    if (blas >= 0) c.blas_threads = blas;
     c.init_weights = sft;
     c.sft.steps = 0;
     c.verbose = false;

@@ -9,9 +9,9 @@
 
 namespace troupe::actors {
 
-// Sets OpenBLAS's threads for the whole process (n >= 1) and returns the count before; returns 0
-// and changes nothing when the process's BLAS is not OpenBLAS.
-int set_blas_threads(int n);
+// Sets OpenBLAS's threads for the whole process (n >= 1); changes nothing when the process's BLAS
+// is not OpenBLAS.
+void set_blas_threads(int n);
 int blas_threads();   // 0 when the BLAS is not OpenBLAS
 
 }  // namespace troupe::actors
