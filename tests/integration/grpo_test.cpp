@@ -42,6 +42,12 @@ std::vector<nlohmann::json> run_grpo(const std::string& dir, bool workers, const
   return read_metrics(dir);
 }
 
+// A program's summary: the last line of its output, one JSON object.
+nlohmann::json last_json_line(std::string output) {
+  while (!output.empty() && output.back() == '\n') output.pop_back();
+  return nlohmann::json::parse(output.substr(output.rfind('\n') + 1));
+}
+
 // The same steps: the same samples (digest), rewards and held-out accuracy, losses within 1e-5.
 void check_same_steps(const std::vector<nlohmann::json>& got, const std::vector<nlohmann::json>& want) {
   REQUIRE(got.size() == want.size());
@@ -186,9 +192,7 @@ TEST_CASE("build/bin/reward_model: a short seeded run ranks held-out pairs above
                        "--eval-every", "300", "--heldout-size", "300", "--run-dir", dir.path + "/rm"},
                       std::chrono::seconds(150));
   REQUIRE_MESSAGE(r.status == 0, r.output);
-  std::string last = r.output;
-  while (!last.empty() && last.back() == '\n') last.pop_back();
-  const auto summary = nlohmann::json::parse(last.substr(last.rfind('\n') + 1));
+  const auto summary = last_json_line(r.output);
   INFO(summary.dump());
   CHECK(summary["heldout_pairs"].get<int>() > 100);
   CHECK(summary["heldout_pair_acc"].get<double>() >= 0.6);   // chance is 0.5
@@ -217,9 +221,7 @@ TEST_CASE("build/bin/rloo, an algorithm written as a user writes one: 60 seeded 
   auto r = itest::run({TROUPE_RLOO, "--steps", "60", "--set", "run.eval_every=0", "--run-dir", dir.path + "/rloo"},
                       std::chrono::seconds(150));
   REQUIRE_MESSAGE(r.status == 0, r.output);
-  std::string last = r.output;
-  while (!last.empty() && last.back() == '\n') last.pop_back();
-  const auto summary = nlohmann::json::parse(last.substr(last.rfind('\n') + 1));
+  const auto summary = last_json_line(r.output);
   INFO(summary.dump());
   CHECK(summary["steps"] == 60);
   // Measured on seed 1, the demo's start: 0.492 -> 0.646 at step 60.
