@@ -1,10 +1,10 @@
 // The BLAS's own thread pool, process-wide (torch-free). libtorch's set_num_threads sizes its
 // OpenMP pool, not the pthread pool of Debian's OpenBLAS (libopenblas0-pthread, libtorch's BLAS
 // here), which by default runs every GEMM on every core. That is the fastest while one actor
-// computes at a time (GRPO's phases run one after another: its demo step 148 ms with the default
-// pool, 176-198 ms with 1 thread), and the slowest when several compute side by side in one
-// process (PPO's policy and critic train at once: 449 ms a step with the default pool, 297 ms
-// with 1 thread; build/bench/rl_step, 2 cores, 2026-12-02).
+// computes at a time (GRPO's phases run one after another: its step 151 ms with the default pool,
+// 174 ms with 1 thread), and the slowest when several compute side by side in one process (PPO's
+// policy and critic train at once: 509 ms a step with the default pool, 307 ms with 1 thread).
+// Measured with build/bench/rl_step --algorithms grpo|ppo --blas-threads N, 2 cores, 2026-12-02.
 #pragma once
 
 namespace troupe::actors {
