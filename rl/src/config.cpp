@@ -245,7 +245,7 @@ ConfigSchema run_config_schema(RunConfig& c) {
   s.add("algo.mini_batches", &c.mini_batches, "PPO: optimizer steps per epoch over the batch (updates_per_batch epochs)");
   s.add("algo.dpo_ipo", &c.dpo_ipo, "IPO's loss instead of DPO's");
   s.add("algo.advantage", &c.advantage, "advantage estimator: grpo, rloo, reinforce++, reinforce++_baseline, or the program's own");
-  s.add("algo.reward", &c.reward, "the samples' reward: rule (the task's verifier) or model:PATH (build/bin/reward_model's file)");
+  s.add("algo.reward", &c.reward, "the samples' reward backend: rule (the task's verifier), model:PATH (build/bin/reward_model's file), or one the program registers");
   s.add("algo.objective", &c.objective, "the trainer's objective: grpo, or the program's own");
   s.add("algo.clip_eps", &c.clip_eps, "ratio clip epsilon");
   s.add("algo.kl_coef", &c.kl_coef, "KL coefficient (beta)");

@@ -129,10 +129,6 @@ Run::Run(Runtime& rt, RunConfig config) : rt_(rt), config_(std::move(config)) {
   algorithm_ = make_algorithm(config_);   // an unknown name or a refused configuration fails here, not at step 1
   advantage_ = find_advantage_estimator(config_.advantage);
   rollouts_ = RolloutRange::parse(config_.rollouts);
-  if (config_.reward != "rule" && config_.reward.rfind("model:", 0) != 0)
-    throw std::invalid_argument("unknown reward '" + config_.reward + "' (rule, or model:PATH)");
-  if (config_.reward.rfind("model:", 0) == 0 && !std::filesystem::is_regular_file(config_.reward.substr(6)))
-    throw std::invalid_argument("reward model file '" + config_.reward.substr(6) + "' does not exist");
   if (!config_.init_weights.empty()) {
     if (!std::filesystem::is_regular_file(config_.init_weights))
       throw std::invalid_argument("init weights file '" + config_.init_weights + "' does not exist");
@@ -163,6 +159,7 @@ Options Run::role_options(const std::string& name) const {
 }
 
 void Run::spawn_actors() {
+  reward_backend_ = make_reward_backend(*this, config_.reward);   // first: a refused spec spawns nothing
   Options trainer = Options{}.name("trainer"), rollout = Options{}.name("rollout"), weights = Options{}.name("weights");
   if (config_.worker_processes) {
     const int cpus = std::max(config_.trainer_threads, config_.rollout_threads);
@@ -177,13 +174,6 @@ void Run::spawn_actors() {
   reference_ = rt_.spawn<actors::Reference>(role_options("reference"),
                                             actors::ReferenceConfig{config_.policy, "", config_.reference_threads, config_.blas_threads});
   reward_ = rt_.spawn<actors::Reward>(role_options("reward"), actors::RewardConfig{task_->verifier(), 0.0f});
-  if (config_.reward.rfind("model:", 0) == 0) {   // the run's architecture with a score head
-    actors::PolicyConfig rm = config_.policy;
-    rm.scalar_heads = {"score"};
-    const std::string path = std::filesystem::absolute(config_.reward.substr(6)).string();
-    reward_model_ = rt_.spawn<actors::RewardModel>(role_options("reward_model"),
-                                                   actors::RewardModelConfig{rm, path, config_.reference_threads, config_.blas_threads});
-  }
   weights_ = rt_.spawn<WeightStore>(weights);
   // Engines 1.. run in worker processes of their own wherever the head finds room.
   const Options member = Options{}.process(true).cpus(config_.rollout_threads);
@@ -193,12 +183,12 @@ void Run::spawn_actors() {
 
 Run::~Run() {
   algorithm_->stop(*this);
+  reward_backend_->stop(*this);
   pool_.reset();
   rt_.kill(trainer_);
   rt_.kill(rollout_);
   rt_.kill(reference_);
   rt_.kill(reward_);
-  if (reward_model_) rt_.kill(*reward_model_);
   rt_.kill(weights_);
   if (group_) group_->remove();
   if (blas_before_ > 0) actors::set_blas_threads(blas_before_);
@@ -262,14 +252,13 @@ actors::RolloutBatch Run::generate(const std::vector<Problem>& problems, std::in
 }
 
 std::vector<actors::RewardResult> Run::score(const std::vector<Problem>& problems, const actors::RolloutBatch& samples) {
-  auto verdicts = reward_.call(&actors::Reward::score, score_items(problems, config_.group_size, samples, *tokenizer_));
-  if (!reward_model_) return verdicts.get();
-  // The learned reward trains the policy; the verifier's verdicts stay for format and accuracy.
-  auto scores = reward_model_->call(&actors::RewardModel::score, actors::SequenceBatch{samples.tokens, samples.attn_mask}).get();
-  auto results = verdicts.get();
-  if (scores.size() != results.size()) throw std::runtime_error("the reward model scored " + std::to_string(scores.size()) + " of " +
-                                                                std::to_string(results.size()) + " samples");
-  for (std::size_t i = 0; i < results.size(); ++i) results[i].reward = scores[i];
+  auto results = reward_.call(&actors::Reward::score, score_items(problems, config_.group_size, samples, *tokenizer_)).get();
+  // The backend's rewards train the policy; the verifier's verdicts stay for format and accuracy.
+  const auto rewards = reward_backend_->rewards(RewardInput{problems, samples, config_.group_size, results});
+  if (rewards.size() != results.size())
+    throw std::runtime_error("reward '" + config_.reward + "' gave " + std::to_string(rewards.size()) + " rewards for " +
+                             std::to_string(results.size()) + " samples");
+  for (std::size_t i = 0; i < results.size(); ++i) results[i].reward = rewards[i];
   return results;
 }
 

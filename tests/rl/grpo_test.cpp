@@ -9,6 +9,7 @@
 #include <functional>
 #include <set>
 #include <algorithm>
+#include <atomic>
 
 #include "support/temp_dir.hpp"
 #include "troupe/rl.hpp"
@@ -290,6 +291,82 @@ class SampleOnly final : public Algorithm {
 TROUPE_ALGORITHM("test_sample_only", SampleOnly);
 
 }  // namespace
+
+namespace {
+
+// A program's own reward backend: half a point for a well-formed wrong answer, from a verifier
+// actor of its own (spawned where the run places its roles, killed in stop).
+std::atomic<int> format_credit_stops{0};
+class FormatCredit final : public RewardBackend {
+ public:
+  explicit FormatCredit(Run& run)
+      : tokenizer_(run.tokenizer()),
+        actor_(run.runtime().spawn<troupe::actors::Reward>(run.role_options("format_credit"),
+                                                          troupe::actors::RewardConfig{run.task().verifier(), 0.5f})) {}
+  std::vector<float> rewards(const RewardInput& in) override {
+    const auto scored = actor_.call(&troupe::actors::Reward::score,
+                                    score_items(in.problems, in.group_size, in.samples, tokenizer_)).get();
+    std::vector<float> out;
+    for (const auto& r : scored) out.push_back(r.reward);
+    return out;
+  }
+  void stop(Run& run) override {
+    run.runtime().kill(actor_);
+    ++format_credit_stops;
+  }
+
+ private:
+  const troupe::actors::Tokenizer& tokenizer_;   // the run's, which outlives its backend
+  troupe::ActorRef<troupe::actors::Reward> actor_;
+};
+TROUPE_REWARD_BACKEND("test_format_credit", [](Run& run, const std::string& arg) -> std::unique_ptr<RewardBackend> {
+  if (!arg.empty()) throw std::invalid_argument("test_format_credit takes no argument");
+  return std::make_unique<FormatCredit>(run);
+});
+
+}  // namespace
+
+TEST_CASE("a program registers its own reward backend (TROUPE_REWARD_BACKEND): it rewards the samples, the verifier still judges them") {
+  auto rt = troupe::Runtime::create().value();
+  auto config = tiny("troupe_user_reward");
+  config.algorithm = "test_sample_only";
+  config.steps = 2;
+  std::vector<StepRecord> rule, credit;
+  {
+    Run run(rt, config);
+    rule = read_metrics(run.run().metrics_path);
+  }
+  std::filesystem::remove_all(config.run_dir);
+  config.reward = "test_format_credit";
+  {
+    Run run(rt, config);
+    credit = read_metrics(run.run().metrics_path);
+  }
+  CHECK(format_credit_stops == 1);
+  REQUIRE(rule.size() == 2);
+  REQUIRE(credit.size() == 2);
+  for (std::size_t i = 0; i < rule.size(); ++i) {
+    CHECK(credit[i].samples_digest == rule[i].samples_digest);   // the same samples, rewarded otherwise
+    CHECK(credit[i].format_ok == rule[i].format_ok);             // judged by the verifier either way
+    // Correct answers keep 1, well-formed wrong ones get 0.5: r + 0.5 (f - r).
+    CHECK(credit[i].reward_mean == doctest::Approx(rule[i].reward_mean + 0.5 * (rule[i].format_ok - rule[i].reward_mean)).epsilon(1e-5));
+  }
+  CHECK(credit[0].reward_mean > rule[0].reward_mean);   // the tiny SFT start is mostly wrong, often well-formed
+  std::filesystem::remove_all(config.run_dir);
+  for (const std::string bad : {"no_such_reward", "rule:extra", "model:/no/such/file.safetensors", "test_format_credit:x"}) {
+    config.reward = bad;
+    try {
+      Run run(rt, config);
+      FAIL("reward '" << bad << "' was accepted");
+    } catch (const std::invalid_argument& e) {
+      const std::string what = e.what();
+      CAPTURE(what);
+      if (bad == "no_such_reward") CHECK(what.find("known: model, rule, test_format_credit") != std::string::npos);
+      if (bad.rfind("model:", 0) == 0) CHECK(what.find("/no/such/file.safetensors") != std::string::npos);
+    }
+  }
+  std::filesystem::remove_all(config.run_dir);
+}
 
 TEST_CASE("a program registers its own algorithm by name (TROUPE_ALGORITHM), and an unknown name is refused naming the known ones") {
   const auto names = algorithm_names();

@@ -18,6 +18,7 @@
 #include "troupe/rl/config.hpp"
 #include "troupe/rl/kl_controller.hpp"
 #include "troupe/rl/metrics.hpp"
+#include "troupe/rl/reward.hpp"
 #include "troupe/rl/rollouts.hpp"
 #include "troupe/rl/run.hpp"
 #include "troupe/rl/task.hpp"

@@ -34,13 +34,13 @@
 
 #include "troupe/actors/reference.hpp"
 #include "troupe/actors/reward.hpp"
-#include "troupe/actors/reward_model.hpp"
 #include "troupe/actors/rollout_engine.hpp"
 #include "troupe/actors/tokenizer.hpp"
 #include "troupe/actors/trainer.hpp"
 #include "troupe/rl/advantages.hpp"
 #include "troupe/rl/checkpoint.hpp"
 #include "troupe/rl/metrics.hpp"
+#include "troupe/rl/reward.hpp"
 #include "troupe/rl/rollouts.hpp"
 #include "troupe/rl/task.hpp"
 
@@ -76,10 +76,11 @@ struct RunConfig {
   // "reinforce++_baseline", or one the program registers with TROUPE_ADVANTAGE_ESTIMATOR. It
   // must give one advantage per sample (a per-token one, GAE, needs a critic: PPO).
   std::string advantage = "grpo";
-  // Where each sample's reward comes from: "rule" (the task's verifier) or "model:PATH" (a
-  // RewardModel actor loading build/bin/reward_model's safetensors, for this run's architecture
-  // with a score head, scores every sample, batched). Held-out accuracy and the format and
-  // correctness figures always come from the verifier.
+  // Where each sample's reward comes from, a reward backend (reward.hpp): "rule" (the task's
+  // verifier), "model:PATH" (a RewardModel actor loading build/bin/reward_model's safetensors, for
+  // this run's architecture with a score head, scores every sample, batched), or one the program
+  // registers with TROUPE_REWARD_BACKEND. Held-out accuracy and the format and correctness figures
+  // always come from the verifier.
   std::string reward = "rule";
   // GRPO's Trainer objective, by name (actors/objective.hpp): "grpo", or one the program registers
   // with TROUPE_OBJECTIVE (so that a Trainer in a worker process has it too). It reads the inputs
@@ -254,8 +255,8 @@ class Run {
   actors::RolloutBatch generate(const std::vector<Problem>& problems);
   // As step `step` draws them (an algorithm that samples ahead: DPO's rounds).
   actors::RolloutBatch generate(const std::vector<Problem>& problems, std::int64_t step);
-  // Row r answers problems[r / group_size]. With reward = model:PATH the learned score replaces the
-  // verifier's reward; format_ok and correct stay the verifier's.
+  // Row r answers problems[r / group_size]. The reward backend's (config.reward) rewards replace
+  // the verifier's; format_ok and correct stay the verifier's.
   std::vector<actors::RewardResult> score(const std::vector<Problem>& problems, const actors::RolloutBatch& samples);
   TensorView reference_logprobs(const actors::RolloutBatch& samples);   // [N, T] f32
   // The configured estimator's one advantage per sample (config.advantage).
@@ -291,7 +292,7 @@ class Run {
   int engines_ = 1;                           // the last generate's
   ActorRef<actors::Reference> reference_;
   ActorRef<actors::Reward> reward_;
-  std::optional<ActorRef<actors::RewardModel>> reward_model_;   // reward = "model:PATH"
+  std::unique_ptr<RewardBackend> reward_backend_;   // config_.reward's: what the samples are rewarded with
   std::optional<PlacementGroup> group_;   // worker_processes only; removed with the Run
   int blas_before_ = 0;                   // OpenBLAS's threads before config_.blas_threads, restored at the end
 };
