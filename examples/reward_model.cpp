@@ -27,9 +27,9 @@ namespace {
 struct Settings {
   std::uint64_t seed = 1;
   // Defaults: the configuration README measures (0.92 held-out pair accuracy in ~5.5 min here).
-  std::int32_t sft_steps = 300, group = 8, steps = 12000, pairs_per_step = 64, eval_every = 2000, threads = 1, per_prompt = 8;
+  std::int32_t sft_steps = 300, trunk_sft_steps = 0, group = 8, steps = 12000, pairs_per_step = 64, eval_every = 2000, threads = 1, per_prompt = 8;
   std::size_t sample_prompts = 20000, heldout = 500;
-  double lr = 1e-3, margin = 0.0;
+  double lr = 1e-3, margin = 0.0, weight_decay = 0.0, lm_coef = 0.0;
   std::string run_dir = "runs/reward_model";
 };
 
@@ -46,6 +46,8 @@ int main(int argc, char** argv) {
   app.allow_extras();   // --troupe-* flags configure the runtime
   app.add_option("--seed", s.seed, "run seed: data, sampling, initial weights");
   app.add_option("--sft-steps", s.sft_steps, "SFT warm-start steps of the policy that samples the rejected answers");
+  app.add_option("--trunk-sft-steps", s.trunk_sft_steps,
+                 "SFT steps of the trunk the reward model starts from (0: the sampling policy's, --sft-steps)");
   app.add_option("--sample-prompts", s.sample_prompts, "train prompts sampled for pairs (one pair per prompt at most)");
   app.add_option("--group", s.group, "samples per prompt when looking for a wrong answer");
   app.add_option("--pairs-per-prompt", s.per_prompt, "distinct wrong answers paired with each train prompt's right one (at most)");
@@ -53,6 +55,9 @@ int main(int argc, char** argv) {
   app.add_option("--pairs-per-step", s.pairs_per_step, "pairs per step");
   app.add_option("--lr", s.lr, "reward-model learning rate");
   app.add_option("--margin", s.margin, "Bradley-Terry margin (Touvron et al. 2023)");
+  app.add_option("--weight-decay", s.weight_decay, "the reward model's decoupled weight decay (AdamW)");
+  app.add_option("--lm-coef", s.lm_coef,
+                 "weight of the chosen answers' language-model loss beside Bradley-Terry (Yang et al. 2024); 0: none");
   app.add_option("--heldout-size", s.heldout, "held-out prompts (their pairs measure the model)");
   app.add_option("--eval-every", s.eval_every, "held-out evaluation period (steps)");
   app.add_option("--threads", s.threads, "libtorch threads of each compute actor");
@@ -67,6 +72,15 @@ int main(int argc, char** argv) {
       std::cerr << "reward_model: unknown option " << extra << " (see --help)\n";
       return 2;
     }
+  }
+  if (s.trunk_sft_steps != 0 && s.trunk_sft_steps < s.sft_steps) {
+    std::cerr << "reward_model: --trunk-sft-steps " << s.trunk_sft_steps << " is below --sft-steps " << s.sft_steps
+              << " (the trunk continues the sampler's SFT run)\n";
+    return 2;
+  }
+  if (s.lm_coef < 0 || s.weight_decay < 0) {
+    std::cerr << "reward_model: --lm-coef and --weight-decay must be >= 0\n";
+    return 2;
   }
   const auto start = std::chrono::steady_clock::now();
   try {
@@ -111,14 +125,23 @@ int main(int argc, char** argv) {
     const auto heldout = pairs_of(data.heldout, s.seed ^ 0x4e1, 1);   // one per prompt: each prompt weighs the same
     if (train.empty() || heldout.empty()) throw std::runtime_error("the SFT policy gave no wrong, well-formed answer to pair");
 
-    // 3. The reward model: the SFT trunk with a score head, trained with the Bradley-Terry loss.
+    // 3. The reward model: an SFT trunk (the sampler's, or the same run trained on to
+    // --trunk-sft-steps) with a score head, trained with the Bradley-Terry loss.
+    std::string trunk_path = sft_path;
+    if (s.trunk_sft_steps > s.sft_steps) {
+      for (std::int32_t i = s.sft_steps; i < s.trunk_sft_steps; ++i)
+        sft.call(&ta::Trainer::train_step, rl::sft_batch(cursor.next(data.train, std::size_t(demo.sft.batch_size)), tok)).get();
+      trunk_path = dir + "/trunk.safetensors";
+      sft.call(&ta::Trainer::save_weights, trunk_path).get();
+    }
     ta::PolicyConfig rm = policy;
     rm.scalar_heads = {"score"};
     ta::OptimConfig optim;
     optim.lr = s.lr;
     optim.warmup_steps = 20;
+    optim.weight_decay = s.weight_decay;
     auto trainer = rt.spawn<ta::Trainer>(troupe::Options{}.name("rm_trainer"), ta::TrainerConfig{rm, optim, s.threads});
-    trainer.call(&ta::Trainer::load_trunk, sft_path).get();
+    trainer.call(&ta::Trainer::load_trunk, trunk_path).get();
     auto scorer = rt.spawn<ta::RewardModel>(troupe::Options{}.name("reward_model"), ta::RewardModelConfig{rm, "", s.threads});
     const std::string model = dir + "/reward_model.safetensors";
     auto heldout_accuracy = [&] {
@@ -143,7 +166,9 @@ int main(int argc, char** argv) {
         if (next == train.size()) { std::shuffle(train.begin(), train.end(), rng); next = 0; }
         batch.push_back(train[next++]);
       }
-      const auto m = trainer.call(&ta::Trainer::train_step, rl::reward_model_batch(batch, tok, s.margin)).get();
+      auto b = rl::reward_model_batch(batch, tok, s.margin);
+      if (s.lm_coef > 0) b.options["lm_coef"] = s.lm_coef;
+      const auto m = trainer.call(&ta::Trainer::train_step, std::move(b)).get();
       if (step % s.eval_every == 0 || step == s.steps) {
         acc = heldout_accuracy();
         std::cerr << "step " << step << "/" << s.steps << "  loss " << m.loss << "  train pair acc "

@@ -176,6 +176,13 @@ actors::ObjectiveOutput bradley_terry_objective(const actors::ObjectiveInput& in
   const auto scores = head->second.gather(1, actors::last_token_index(in.attn_mask).view({-1, 1})).view({-1});
   actors::ObjectiveOutput out;
   out.loss = bradley_terry_loss(scores, actors::option_or(in.options, "margin", 0.0));
+  if (const double lm_coef = actors::option_or(in.options, "lm_coef", 0.0); lm_coef != 0.0) {
+    auto [chosen_logp, rejected_logp] = pairs_of(in.logp, "bradley_terry objective");
+    auto [chosen_mask, rejected_mask] = pairs_of(in.loss_mask, "bradley_terry objective");
+    const auto nll = actors::seq_mean_token_mean(-chosen_logp, chosen_mask);
+    out.loss = out.loss + lm_coef * nll;
+    out.metrics["chosen_nll"] = nll.detach().to(at::kDouble).item<double>();
+  }
   auto [chosen, rejected] = pairs_of(scores.detach(), "bradley_terry objective");
   out.metrics["pair_accuracy"] = chosen.gt(rejected).to(at::kDouble).mean().item<double>();
   out.metrics["score_margin"] = (chosen - rejected).to(at::kDouble).mean().item<double>();

@@ -222,6 +222,30 @@ TEST_CASE("the Bradley-Terry loss and its gradient match hand-computed values, w
   CHECK_THROWS_AS(bradley_terry_loss(at::tensor({1.0f, 2.0f, 3.0f})), std::invalid_argument);
 }
 
+TEST_CASE("the Bradley-Terry objective adds the chosen rows' language-model loss with lm_coef") {
+  // Two pairs; the score head's value at each row's last real token (column 1): 2.0, 0.5 | 0.0, 1.0,
+  // the Bradley-Terry loss of the test above, 0.757338. Chosen rows 0 and 2: token log-probs
+  // (-0.5, -1.5) and (-2.0, masked), so their NLL is mean(1.0, 2.0) = 1.5; with lm_coef 0.2 the loss
+  // is 0.757338 + 0.3. Rejected rows carry no language-model gradient.
+  auto logp = t2({-0.5f, -1.5f, -9.0f, -9.0f, -2.0f, -7.0f, -9.0f, -9.0f}, 4).requires_grad_(true);
+  auto mask = mask2({1, 1, 1, 1, 1, 0, 1, 1}, 4);
+  auto attn = at::ones({4, 2}, at::kBool);
+  auto heads = at::tensor({0.0f, 2.0f, 0.0f, 0.5f, 0.0f, 0.0f, 0.0f, 1.0f}).view({4, 2});
+  troupe::actors::ObjectiveInput in{logp, mask, {}, {{"lm_coef", 0.2}}, attn, {{"score", heads}}};
+  auto out = troupe::actors::find_objective("bradley_terry")(in);
+  CHECK(out.loss.item<float>() == doctest::Approx(1.057338).epsilon(1e-5));
+  CHECK(out.metrics.at("chosen_nll") == doctest::Approx(1.5).epsilon(1e-6));
+  CHECK(out.metrics.at("pair_accuracy") == doctest::Approx(0.5));
+  out.loss.backward();
+  // d/d logp of a chosen row's token: -lm_coef / (2 rows * its row's real tokens).
+  CHECK(logp.grad()[0][0].item<float>() == doctest::Approx(-0.05).epsilon(1e-5));
+  CHECK(logp.grad()[2][0].item<float>() == doctest::Approx(-0.1).epsilon(1e-5));
+  CHECK(logp.grad()[2][1].item<float>() == doctest::Approx(0.0));
+  CHECK(logp.grad()[1][0].item<float>() == doctest::Approx(0.0));
+  in.options.clear();
+  CHECK(troupe::actors::find_objective("bradley_terry")(in).metrics.count("chosen_nll") == 0);
+}
+
 TEST_CASE("the clipped value loss matches hand-computed values and gradients") {
   // Token 0: v 1.5, old 1.0, R 2.0, clip 0.2 -> v_clip 1.2: max(0.25, 0.64) = 0.64 (clipped: no gradient).
   // Token 1: v 0.0, old 0.1, R 1.0 -> v_clip 0.0: max(1, 1) = 1, the unclipped term's gradient v - R = -1.

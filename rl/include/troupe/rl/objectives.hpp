@@ -97,9 +97,12 @@ actors::ObjectiveOutput dpo_objective(const actors::ObjectiveInput& in);
 at::Tensor bradley_terry_loss(const at::Tensor& scores, double margin = 0.0);
 
 // The reward model's objective for the Trainer: bradley_terry_loss of the model's "score" head at
-// each row's last real token, rows in pairs (chosen, rejected; row_group 2). Options: "margin" (0).
-// Metrics: pair_accuracy (share of pairs scored the right way round), score_margin (mean chosen -
-// rejected). Registered as "bradley_terry".
+// each row's last real token, rows in pairs (chosen, rejected; row_group 2). Options: "margin" (0),
+// "lm_coef" (0): adds lm_coef times the chosen rows' language-model loss (their loss-mask tokens'
+// negative log-likelihood, seq-mean-token-mean, as "sft"), the regulariser of Yang et al. 2024,
+// arXiv:2406.10216, which keeps the trunk a model of good answers. Metrics: pair_accuracy (share of
+// pairs scored the right way round), score_margin (mean chosen - rejected), chosen_nll (with
+// lm_coef). Registered as "bradley_terry".
 actors::ObjectiveOutput bradley_terry_objective(const actors::ObjectiveInput& in);
 
 }  // namespace troupe::rl
