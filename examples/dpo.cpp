@@ -10,9 +10,9 @@
 int main(int argc, char** argv) {
   auto rt = troupe::init(argc, argv);
   auto config = troupe::rl::RunConfig::demo();   // the demo's task, model, SFT and sampling
-  config.algorithm = "dpo";
-  config.dpo_beta = 0.1;
-  config.run_dir = "runs/dpo";
+  config.algo.name = "dpo";
+  config.algo.dpo_beta = 0.1;
+  config.run.run_dir = "runs/dpo";
   try {   // --config FILE, any key with --set algo.steps=200, and the common keys' flags (--seed 2, --steps, ...)
     auto schema = troupe::rl::run_config_schema(config);
     troupe::rl::apply_program_command_line(schema, argc, argv, troupe::rl::common_program_flags());

@@ -32,37 +32,37 @@ troupe::rl::RunConfig parse(int argc, char** argv) {
   std::vector<std::string> sets;
   app.add_option("--config", config_file, "a TOML configuration (examples/configs/grpo.toml has every key)");
   app.add_option("--set", sets, "KEY=VALUE: one key of the configuration, e.g. algo.kl_coef=0.02 (repeatable)");
-  app.add_option("--task", c.task, "task spec, e.g. addition:1-3");
-  app.add_option("--train-size", c.train_size, "train problems");
-  app.add_option("--heldout-size", c.heldout_size, "held-out problems");
-  app.add_option("--steps", c.steps, "GRPO steps");
-  app.add_option("--sft-steps", c.sft.steps, "SFT warm-start steps");
-  app.add_option("--sft-lr", c.sft.optim.lr, "SFT learning rate");
-  app.add_option("--prompts", c.prompts_per_step, "prompts per GRPO step");
-  app.add_option("--group", c.group_size, "samples per prompt (G)");
-  app.add_option("--lr", c.optim.lr, "GRPO learning rate");
-  app.add_option("--kl", c.kl_coef, "KL coefficient (beta)");
-  app.add_option("--reward", c.reward, "rule (the task's verifier) or model:PATH (a reward model from build/bin/reward_model)");
-  app.add_option("--clip", c.clip_eps, "ratio clip epsilon");
-  app.add_option("--temperature", c.temperature, "sampling temperature");
-  app.add_option("--updates", c.updates_per_batch, "optimizer steps per batch (mu)");
-  app.add_option("--micro-batches", c.micro_batches, "gradient accumulation parts");
-  app.add_option("--layers", c.policy.layers, "transformer layers");
-  app.add_option("--d-model", c.policy.d_model, "transformer width");
-  app.add_option("--heads", c.policy.heads, "attention heads");
-  app.add_option("--eval-every", c.eval_every, "held-out evaluation period (steps)");
-  app.add_option("--checkpoint-every", c.checkpoint_every, "checkpoint period (steps; 0: at the end)");
-  app.add_option("--seed", c.seed, "run seed");
-  int threads = c.trainer_threads;
+  app.add_option("--task", c.task.spec, "task spec, e.g. addition:1-3");
+  app.add_option("--train-size", c.task.train_size, "train problems");
+  app.add_option("--heldout-size", c.task.heldout_size, "held-out problems");
+  app.add_option("--steps", c.algo.steps, "GRPO steps");
+  app.add_option("--sft-steps", c.algo.sft.steps, "SFT warm-start steps");
+  app.add_option("--sft-lr", c.algo.sft.optim.lr, "SFT learning rate");
+  app.add_option("--prompts", c.algo.prompts_per_step, "prompts per GRPO step");
+  app.add_option("--group", c.algo.group_size, "samples per prompt (G)");
+  app.add_option("--lr", c.algo.optim.lr, "GRPO learning rate");
+  app.add_option("--kl", c.algo.kl_coef, "KL coefficient (beta)");
+  app.add_option("--reward", c.algo.reward, "rule (the task's verifier) or model:PATH (a reward model from build/bin/reward_model)");
+  app.add_option("--clip", c.algo.clip_eps, "ratio clip epsilon");
+  app.add_option("--temperature", c.algo.temperature, "sampling temperature");
+  app.add_option("--updates", c.algo.updates_per_batch, "optimizer steps per batch (mu)");
+  app.add_option("--micro-batches", c.algo.micro_batches, "gradient accumulation parts");
+  app.add_option("--layers", c.model.policy.layers, "transformer layers");
+  app.add_option("--d-model", c.model.policy.d_model, "transformer width");
+  app.add_option("--heads", c.model.policy.heads, "attention heads");
+  app.add_option("--eval-every", c.run.eval_every, "held-out evaluation period (steps)");
+  app.add_option("--checkpoint-every", c.run.checkpoint_every, "checkpoint period (steps; 0: at the end)");
+  app.add_option("--seed", c.run.seed, "run seed");
+  int threads = c.placement.trainer_threads;
   auto* threads_flag = app.add_option("--threads", threads, "libtorch intra-op threads of each compute actor");
-  app.add_option("--run-dir", c.run_dir, "output directory (metrics, plot, checkpoints)");
-  app.add_flag("--worker-processes", c.worker_processes,
+  app.add_option("--run-dir", c.run.run_dir, "output directory (metrics, plot, checkpoints)");
+  app.add_flag("--worker-processes", c.placement.worker_processes,
                "trainer + rollout colocated in one worker process, reference and reward in their own");
-  app.add_option("--rollouts", c.rollouts,
+  app.add_option("--rollouts", c.placement.rollouts,
                  "rollout engines MIN:MAX (default 1:1): engine 0 beside the trainer, the others an elastic group of "
                  "worker processes that grows and shrinks with the cluster; the samples do not depend on it");
-  app.add_flag("--resume", c.resume, "continue from the newest checkpoint in --run-dir");
-  app.add_option("--stop-after", c.stop_after, "stop after this many steps (checkpointed)");
+  app.add_flag("--resume", c.run.resume, "continue from the newest checkpoint in --run-dir");
+  app.add_option("--stop-after", c.run.stop_after, "stop after this many steps (checkpointed)");
   bool print_config = false;
   app.add_flag("--print-config", print_config, "print the resolved configuration (TOML, every key) and exit");
   try {
@@ -70,7 +70,7 @@ troupe::rl::RunConfig parse(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::exit(app.exit(e));
   }
-  if (threads_flag->count() > 0) c.trainer_threads = c.rollout_threads = c.reference_threads = threads;
+  if (threads_flag->count() > 0) c.placement.trainer_threads = c.placement.rollout_threads = c.placement.reference_threads = threads;
   if (print_config) {
     std::cout << "# build/bin/grpo's configuration (grpo --print-config); run it with grpo --config FILE\n"
               << troupe::rl::run_config_schema(c).to_toml();

@@ -87,18 +87,18 @@ int main(int argc, char** argv) {
     std::filesystem::create_directories(s.run_dir);
     const std::string dir = std::filesystem::absolute(s.run_dir).string();
     const rl::RunConfig demo = rl::RunConfig::demo();
-    const auto task = rl::make_task(demo.task);
+    const auto task = rl::make_task(demo.task.spec);
     const ta::CharTokenizer tok(task->alphabet());
-    ta::PolicyConfig policy = demo.policy;
+    ta::PolicyConfig policy = demo.model.policy;
     policy.vocab_size = tok.vocab_size();
     policy.seed = s.seed;
-    const rl::Dataset data = rl::Dataset::make(*task, demo.train_size, s.heldout, s.seed);
+    const rl::Dataset data = rl::Dataset::make(*task, demo.task.train_size, s.heldout, s.seed);
 
     // 1. The SFT policy, as build/bin/grpo's warm start.
-    auto sft = rt.spawn<ta::Trainer>(troupe::Options{}.name("sft"), ta::TrainerConfig{policy, demo.sft.optim, s.threads});
+    auto sft = rt.spawn<ta::Trainer>(troupe::Options{}.name("sft"), ta::TrainerConfig{policy, demo.algo.sft.optim, s.threads});
     rl::DataCursor cursor{s.seed ^ 0x5f7, 0, 0};
     for (std::int32_t i = 0; i < s.sft_steps; ++i)
-      sft.call(&ta::Trainer::train_step, rl::sft_batch(cursor.next(data.train, std::size_t(demo.sft.batch_size)), tok)).get();
+      sft.call(&ta::Trainer::train_step, rl::sft_batch(cursor.next(data.train, std::size_t(demo.algo.sft.batch_size)), tok)).get();
     const std::string sft_path = dir + "/sft.safetensors";
     sft.call(&ta::Trainer::save_weights, sft_path).get();
     const double sft_seconds = since(start);
@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
     std::string trunk_path = sft_path;
     if (s.trunk_sft_steps > s.sft_steps) {
       for (std::int32_t i = s.sft_steps; i < s.trunk_sft_steps; ++i)
-        sft.call(&ta::Trainer::train_step, rl::sft_batch(cursor.next(data.train, std::size_t(demo.sft.batch_size)), tok)).get();
+        sft.call(&ta::Trainer::train_step, rl::sft_batch(cursor.next(data.train, std::size_t(demo.algo.sft.batch_size)), tok)).get();
       trunk_path = dir + "/trunk.safetensors";
       sft.call(&ta::Trainer::save_weights, trunk_path).get();
     }

@@ -35,8 +35,8 @@ TROUPE_ADVANTAGE_ESTIMATOR("leave_one_out", leave_one_out);
 int main(int argc, char** argv) {
   auto rt = troupe::init(argc, argv);
   auto config = troupe::rl::RunConfig::demo();   // the demo's task, model, SFT and batch shape
-  config.advantage = "leave_one_out";
-  config.run_dir = "runs/rloo";
+  config.algo.advantage = "leave_one_out";
+  config.run.run_dir = "runs/rloo";
   try {   // --config FILE, any key with --set algo.steps=200, and the common keys' flags (--seed 2, --steps, ...)
     auto schema = troupe::rl::run_config_schema(config);
     troupe::rl::apply_program_command_line(schema, argc, argv, troupe::rl::common_program_flags());

@@ -53,21 +53,21 @@ class PlainRoles {
  public:
   PlainRoles(const rl::RunConfig& c, const std::string& sft)
       : config_(c),
-        task_(rl::make_task(c.task)),
+        task_(rl::make_task(c.task.spec)),
         tokenizer_(task_->alphabet()),
-        data_(rl::Dataset::make(*task_, c.train_size, c.heldout_size, c.seed)),
-        trainer_(actors::TrainerConfig{c.policy, c.sft.optim, c.trainer_threads, c.blas_threads}),
-        rollout_(actors::RolloutConfig{c.policy, c.rollout_threads, true, c.blas_threads}),
-        reference_(actors::ReferenceConfig{c.policy, "", c.reference_threads, c.blas_threads}),
+        data_(rl::Dataset::make(*task_, c.task.train_size, c.task.heldout_size, c.run.seed)),
+        trainer_(actors::TrainerConfig{c.model.policy, c.algo.sft.optim, c.placement.trainer_threads, c.placement.blas_threads}),
+        rollout_(actors::RolloutConfig{c.model.policy, c.placement.rollout_threads, true, c.placement.blas_threads}),
+        reference_(actors::ReferenceConfig{c.model.policy, "", c.placement.reference_threads, c.placement.blas_threads}),
         reward_(actors::RewardConfig{task_->verifier(), 0.0f}) {
     trainer_.load_trunk(sft);
-    trainer_.set_optimizer(c.optim);
+    trainer_.set_optimizer(c.algo.optim);
     rollout_.update_weights(trainer_.weights());
     reference_.load_weights(sft);
-    if (c.algorithm == "ppo") {
-      actors::PolicyConfig model = c.policy;
+    if (c.algo.name == "ppo") {
+      actors::PolicyConfig model = c.model.policy;
       model.scalar_heads = {"value"};
-      critic_.emplace(actors::TrainerConfig{model, c.critic_optim, c.trainer_threads, c.blas_threads});
+      critic_.emplace(actors::TrainerConfig{model, c.algo.critic_optim, c.placement.trainer_threads, c.placement.blas_threads});
       critic_->load_trunk(sft);
     }
   }
@@ -77,18 +77,18 @@ class PlainRoles {
     const auto start = Clock::now();
     auto t = start;
     auto lap = [&t](double& slot) { slot = since(t); t = Clock::now(); };
-    const auto problems = cursor.next(data_.train, std::size_t(config_.prompts_per_step));
-    actors::GenerateRequest req{rl::encode_prompts(problems, tokenizer_), config_.group_size,
-                                actors::SamplingParams{config_.temperature, config_.top_p, task_->max_answer_chars() + 1,
-                                                       tokenizer_.eos_id(), rl::step_seed(config_.seed, step)},
+    const auto problems = cursor.next(data_.train, std::size_t(config_.algo.prompts_per_step));
+    actors::GenerateRequest req{rl::encode_prompts(problems, tokenizer_), config_.algo.group_size,
+                                actors::SamplingParams{config_.algo.temperature, config_.algo.top_p, task_->max_answer_chars() + 1,
+                                                       tokenizer_.eos_id(), rl::step_seed(config_.run.seed, step)},
                                 {}, 0};
     const auto samples = rollout_.generate(std::move(req));
     lap(out.seconds.rollout);
-    const auto rewards = reward_.score(rl::score_items(problems, config_.group_size, samples, tokenizer_));
+    const auto rewards = reward_.score(rl::score_items(problems, config_.algo.group_size, samples, tokenizer_));
     lap(out.seconds.reward);
     // GRPO with beta 0 asks no reference (rl/src/grpo.cpp); PPO and DPO always do.
-    const bool need_ref = config_.algorithm != "grpo" || config_.kl_coef != 0;
-    const auto ref = need_ref ? reference_.logprobs(actors::LogprobRequest{samples.tokens, samples.attn_mask, config_.temperature})
+    const bool need_ref = config_.algo.name != "grpo" || config_.algo.kl_coef != 0;
+    const auto ref = need_ref ? reference_.logprobs(actors::LogprobRequest{samples.tokens, samples.attn_mask, config_.algo.temperature})
                               : TensorView{};
     std::optional<TensorView> values;
     if (critic_) values = critic_->head_values(actors::SequenceBatch{samples.tokens, samples.attn_mask}, "value");
@@ -110,24 +110,24 @@ class PlainRoles {
   double update(const actors::RolloutBatch& samples, const TensorView& ref, const std::optional<TensorView>& values,
                 const std::vector<actors::RewardResult>& rewards) {
     const auto& c = config_;
-    if (c.algorithm == "grpo") {
+    if (c.algo.name == "grpo") {
       std::vector<float> r;
       for (auto& x : rewards) r.push_back(x.reward);
-      return trainer_.train_step(rl::grpo_batch(samples, ref, rl::group_advantages(r, c.group_size), c)).loss;
+      return trainer_.train_step(rl::grpo_batch(samples, ref, rl::group_advantages(r, c.algo.group_size), c)).loss;
     }
-    if (c.algorithm == "dpo") {
-      const auto pairs = rl::preference_pairs(rewards, c.group_size);
+    if (c.algo.name == "dpo") {
+      const auto pairs = rl::preference_pairs(rewards, c.algo.group_size);
       if (pairs.empty()) return 0;
-      return trainer_.train_step(rl::dpo_batch(samples, ref, pairs, c.dpo_beta, c.dpo_ipo, c.micro_batches)).loss;
+      return trainer_.train_step(rl::dpo_batch(samples, ref, pairs, c.algo.dpo_beta, c.algo.dpo_ipo, c.algo.micro_batches)).loss;
     }
-    const auto b = rl::ppo_batches(samples, ref, *values, rewards, c.kl_coef, c);
-    const std::int64_t n = samples.tokens.shape[0], rows = (n + c.mini_batches - 1) / c.mini_batches;
+    const auto b = rl::ppo_batches(samples, ref, *values, rewards, c.algo.kl_coef, c);
+    const std::int64_t n = samples.tokens.shape[0], rows = (n + c.algo.mini_batches - 1) / c.algo.mini_batches;
     double loss = 0;
-    for (std::int32_t epoch = 0; epoch < c.updates_per_batch; ++epoch) {
+    for (std::int32_t epoch = 0; epoch < c.algo.updates_per_batch; ++epoch) {
       for (std::int64_t begin = 0; begin < n; begin += rows) {
         const std::int64_t k = std::min(rows, n - begin);
-        loss = trainer_.train_step(c.mini_batches == 1 ? b.policy : rl::rows_of(b.policy, begin, k)).loss;
-        critic_->train_step(c.mini_batches == 1 ? b.critic : rl::rows_of(b.critic, begin, k));
+        loss = trainer_.train_step(c.algo.mini_batches == 1 ? b.policy : rl::rows_of(b.policy, begin, k)).loss;
+        critic_->train_step(c.algo.mini_batches == 1 ? b.critic : rl::rows_of(b.critic, begin, k));
       }
     }
     return loss;
@@ -191,8 +191,8 @@ bool same(const Sample& a, const Sample& b) { return a.reward_mean == b.reward_m
 // GRPO, PPO or DPO: an in-process rl::Run, a worker-process one and the plain loop, interleaved.
 nlohmann::ordered_json bench_algorithm(Runtime& rt, rl::RunConfig config, const std::string& sft, int warmup, int steps) {
   rl::RunConfig workers_config = config;
-  workers_config.worker_processes = true;
-  workers_config.run_dir += "-workers";
+  workers_config.placement.worker_processes = true;
+  workers_config.run.run_dir += "-workers";
   rl::Run in_process(rt, config), workers(rt, workers_config);
   in_process.warm_start();   // no SFT steps: init_weights are the SFT weights
   workers.warm_start();
@@ -208,7 +208,7 @@ nlohmann::ordered_json bench_algorithm(Runtime& rt, rl::RunConfig config, const 
     if (i >= warmup) { a.push_back(x); b.push_back(y); c.push_back(z); }
   }
   auto j = report(a, b, c, same_math, same_math_workers);
-  j["blas_threads"] = config.blas_threads;
+  j["blas_threads"] = config.placement.blas_threads;
   return j;
 }
 
@@ -216,24 +216,24 @@ nlohmann::ordered_json bench_algorithm(Runtime& rt, rl::RunConfig config, const 
 // a score head): a Trainer actor on a thread, one in a worker process, and a plain Trainer.
 nlohmann::ordered_json bench_reward_model(Runtime& rt, const rl::RunConfig& demo, const std::string& sft, int warmup, int steps,
                                           int pairs_per_step) {
-  const auto task = rl::make_task(demo.task);
+  const auto task = rl::make_task(demo.task.spec);
   const actors::CharTokenizer tok(task->alphabet());
-  actors::PolicyConfig model = demo.policy;
+  actors::PolicyConfig model = demo.model.policy;
   model.vocab_size = tok.vocab_size();
-  model.seed = demo.seed;
+  model.seed = demo.run.seed;
   model.scalar_heads = {"score"};
-  const auto data = rl::Dataset::make(*task, demo.train_size, demo.heldout_size, demo.seed);
+  const auto data = rl::Dataset::make(*task, demo.task.train_size, demo.task.heldout_size, demo.run.seed);
   actors::OptimConfig optim;
   optim.lr = 1e-4;
   optim.warmup_steps = 20;
-  const actors::TrainerConfig tc{model, optim, demo.trainer_threads, demo.blas_threads};
+  const actors::TrainerConfig tc{model, optim, demo.placement.trainer_threads, demo.placement.blas_threads};
   auto thread = rt.spawn<actors::Trainer>(Options{}.name("rm_thread"), tc);
   auto worker = rt.spawn<actors::Trainer>(Options{}.name("rm_worker").process(true), tc);
   actors::Trainer plain(tc);
   thread.call(&actors::Trainer::load_trunk, sft).get();
   worker.call(&actors::Trainer::load_trunk, sft).get();
   plain.load_trunk(sft);
-  rl::DataCursor cursor{demo.seed ^ 0x7a1, 0, 0};
+  rl::DataCursor cursor{demo.run.seed ^ 0x7a1, 0, 0};
   std::vector<Sample> a, b, c;
   bool same_math = true, same_math_workers = true;
   auto timed = [](const std::function<actors::TrainMetrics()>& f) {
@@ -260,7 +260,7 @@ nlohmann::ordered_json bench_reward_model(Runtime& rt, const rl::RunConfig& demo
   rt.kill(thread);
   rt.kill(worker);
   auto j = report(a, b, c, same_math, same_math_workers);
-  j["blas_threads"] = demo.blas_threads;
+  j["blas_threads"] = demo.placement.blas_threads;
   return j;
 }
 
@@ -291,47 +291,47 @@ int main(int argc, char** argv) {
   std::filesystem::create_directories(dir);
   const std::string sft = dir + "/sft.safetensors";
   {   // the shared start: the demo's SFT warm start, shortened
-    const auto task = rl::make_task(demo.task);
+    const auto task = rl::make_task(demo.task.spec);
     const actors::CharTokenizer tok(task->alphabet());
-    actors::PolicyConfig policy = demo.policy;
+    actors::PolicyConfig policy = demo.model.policy;
     policy.vocab_size = tok.vocab_size();
-    policy.seed = demo.seed;
-    actors::Trainer trainer(actors::TrainerConfig{policy, demo.sft.optim, demo.trainer_threads});
-    const auto data = rl::Dataset::make(*task, demo.train_size, demo.heldout_size, demo.seed);
-    rl::DataCursor cursor{demo.seed ^ 0x5f7, 0, 0};
-    for (int i = 0; i < sft_steps; ++i) trainer.train_step(rl::sft_batch(cursor.next(data.train, std::size_t(demo.sft.batch_size)), tok));
+    policy.seed = demo.run.seed;
+    actors::Trainer trainer(actors::TrainerConfig{policy, demo.algo.sft.optim, demo.placement.trainer_threads});
+    const auto data = rl::Dataset::make(*task, demo.task.train_size, demo.task.heldout_size, demo.run.seed);
+    rl::DataCursor cursor{demo.run.seed ^ 0x5f7, 0, 0};
+    for (int i = 0; i < sft_steps; ++i) trainer.train_step(rl::sft_batch(cursor.next(data.train, std::size_t(demo.algo.sft.batch_size)), tok));
     trainer.save_weights(sft);
   }
   nlohmann::ordered_json out;
   out["bench"] = "rl_step";
-  out["config"] = {{"task", demo.task}, {"layers", demo.policy.layers}, {"d_model", demo.policy.d_model},
-                   {"prompts_per_step", demo.prompts_per_step}, {"group_size", demo.group_size}, {"rm_pairs_per_step", rm_pairs},
-                   {"threads_per_actor", demo.trainer_threads}, {"sft_steps", sft_steps}, {"steps", steps}};
+  out["config"] = {{"task", demo.task.spec}, {"layers", demo.model.policy.layers}, {"d_model", demo.model.policy.d_model},
+                   {"prompts_per_step", demo.algo.prompts_per_step}, {"group_size", demo.algo.group_size}, {"rm_pairs_per_step", rm_pairs},
+                   {"threads_per_actor", demo.placement.trainer_threads}, {"sft_steps", sft_steps}, {"steps", steps}};
   std::stringstream list(algorithms);
   for (std::string name; std::getline(list, name, ',');) {
     if (name == "reward_model") {
       rl::RunConfig c = demo;
-      if (blas >= 0) c.blas_threads = blas;
+      if (blas >= 0) c.placement.blas_threads = blas;
       out[name] = bench_reward_model(rt, c, sft, warmup, steps, rm_pairs);
       continue;
     }
     rl::RunConfig c = demo;
-    c.kl_coef = 0.04;   // GRPO keeps the reference in its step, as in this bench's figures before the demo dropped it
+    c.algo.kl_coef = 0.04;   // GRPO keeps the reference in its step, as in this bench's figures before the demo dropped it
     if (name == "ppo" || name == "dpo") {   // build/bin/ppo's and build/bin/dpo's settings (examples/)
-      c.algorithm = name;
+      c.algo.name = name;
       if (name == "ppo") {
-        c.kl_coef = 0.02, c.updates_per_batch = 2, c.mini_batches = 2, c.optim.lr = 5e-4;
-        c.critic_optim.lr = 1e-3, c.critic_optim.warmup_steps = 20, c.blas_threads = 1;
+        c.algo.kl_coef = 0.02, c.algo.updates_per_batch = 2, c.algo.mini_batches = 2, c.algo.optim.lr = 5e-4;
+        c.algo.critic_optim.lr = 1e-3, c.algo.critic_optim.warmup_steps = 20, c.placement.blas_threads = 1;
       }
     } else if (name != "grpo") {
       std::cerr << "rl_step: unknown algorithm '" << name << "' (grpo, ppo, dpo, reward_model)\n";
       return 2;
     }
-    if (blas >= 0) c.blas_threads = blas;
-    c.init_weights = sft;
-    c.sft.steps = 0;
-    c.verbose = false;
-    c.run_dir = dir + "/" + name;
+    if (blas >= 0) c.placement.blas_threads = blas;
+    c.model.init_weights = sft;
+    c.algo.sft.steps = 0;
+    c.run.verbose = false;
+    c.run.run_dir = dir + "/" + name;
     out[name] = bench_algorithm(rt, c, sft, warmup, steps);
   }
   if (out.contains("grpo")) {

@@ -34,7 +34,7 @@ const char* const kRoundFile = "dpo_round.safetensors";
 class Dpo final : public Algorithm {
  public:
   explicit Dpo(const RunConfig& c) {
-    if (c.dpo_round_steps < 1) throw std::invalid_argument("dpo: dpo_round_steps must be at least 1");
+    if (c.algo.dpo_round_steps < 1) throw std::invalid_argument("dpo: dpo_round_steps must be at least 1");
   }
 
   StepRecord step(Run& run) override {
@@ -45,7 +45,7 @@ class Dpo final : public Algorithm {
     actors::TrainMetrics m;
     m.policy_version = run.state().policy_version;   // a step without a pair changes nothing
     if (s.pairs > 0) {
-      for (std::int32_t i = 0; i < std::max(1, run.config().updates_per_batch); ++i) m = run.train(s.batch);
+      for (std::int32_t i = 0; i < std::max(1, run.config().algo.updates_per_batch); ++i) m = run.train(s.batch);
       m.values["pairs"] = double(s.pairs);
     }
     clock.lap(&StepTimes::train);
@@ -90,7 +90,7 @@ class Dpo final : public Algorithm {
   // draw it (its prompts, its step's seed), scored and paired, with the reference's logprobs.
   void sample_round(Run& run, StepClock& clock) {
     const RunConfig& c = run.config();
-    const std::int64_t k = std::max<std::int64_t>(1, std::min<std::int64_t>(c.dpo_round_steps, c.steps - run.state().step));
+    const std::int64_t k = std::max<std::int64_t>(1, std::min<std::int64_t>(c.algo.dpo_round_steps, c.algo.steps - run.state().step));
     for (std::int64_t i = 0; i < k; ++i) {
       const auto prompts = run.next_prompts();
       RoundStep s;
@@ -98,9 +98,9 @@ class Dpo final : public Algorithm {
       clock.lap(&StepTimes::rollout);
       s.rewards = run.score(prompts, s.samples);
       clock.lap(&StepTimes::reward);
-      const auto pairs = preference_pairs(s.rewards, c.group_size);   // chosen, rejected, pair after pair
+      const auto pairs = preference_pairs(s.rewards, c.algo.group_size);   // chosen, rejected, pair after pair
       s.pairs = std::int64_t(pairs.size() / 2);
-      if (s.pairs > 0) s.batch = dpo_batch(s.samples, run.reference_logprobs(s.samples), pairs, c.dpo_beta, c.dpo_ipo, c.micro_batches);
+      if (s.pairs > 0) s.batch = dpo_batch(s.samples, run.reference_logprobs(s.samples), pairs, c.algo.dpo_beta, c.algo.dpo_ipo, c.algo.micro_batches);
       clock.lap(&StepTimes::reference);
       round_.push_back(std::move(s));
     }

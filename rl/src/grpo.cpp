@@ -14,17 +14,17 @@ namespace troupe::rl {
 actors::TrainBatch grpo_batch(const actors::RolloutBatch& samples, const TensorView& ref_logp,
                               const std::vector<float>& advantages, const RunConfig& config) {
   actors::TrainBatch b;
-  b.objective = config.objective;
+  b.objective = config.algo.objective;
   b.tokens = samples.tokens;
   b.attn_mask = samples.attn_mask;
   b.loss_mask = samples.response_mask;
   b.inputs = {{"advantages", vector_view(advantages)}};
   if (ref_logp.data != nullptr) b.inputs["ref_logp"] = ref_logp;   // none with kl_coef 0
-  if (config.updates_per_batch > 1) b.inputs["old_logp"] = samples.logprobs;   // the ratio to the sampling policy
-  b.options = {{"clip_eps", config.clip_eps}, {"kl_coef", config.kl_coef}};
-  b.temperature = config.temperature;
-  b.micro_batches = config.micro_batches;
-  b.row_group = config.group_size;   // a prompt's samples stay in one micro-batch
+  if (config.algo.updates_per_batch > 1) b.inputs["old_logp"] = samples.logprobs;   // the ratio to the sampling policy
+  b.options = {{"clip_eps", config.algo.clip_eps}, {"kl_coef", config.algo.kl_coef}};
+  b.temperature = config.algo.temperature;
+  b.micro_batches = config.algo.micro_batches;
+  b.row_group = config.algo.group_size;   // a prompt's samples stay in one micro-batch
   return b;
 }
 
@@ -42,12 +42,12 @@ class Grpo final : public Algorithm {
     const auto rewards = run.score(prompts, samples);
     clock.lap(&StepTimes::reward);
     // With beta = 0 the loss has no KL term: the reference is not asked (as verl without a KL loss).
-    const auto ref_logp = run.config().kl_coef != 0 ? run.reference_logprobs(samples) : TensorView{};
+    const auto ref_logp = run.config().algo.kl_coef != 0 ? run.reference_logprobs(samples) : TensorView{};
     clock.lap(&StepTimes::reference);
     const auto advantages = run.advantages(rewards);                    // group-relative
     const auto batch = grpo_batch(samples, ref_logp, advantages, run.config());
     actors::TrainMetrics m;
-    for (std::int32_t i = 0; i < std::max(1, run.config().updates_per_batch); ++i) m = run.train(batch);   // mu steps
+    for (std::int32_t i = 0; i < std::max(1, run.config().algo.updates_per_batch); ++i) m = run.train(batch);   // mu steps
     clock.lap(&StepTimes::train);
     run.sync_weights();                                                 // pi_old <- pi_theta
     clock.lap(&StepTimes::sync);

@@ -44,7 +44,7 @@ PpoBatches ppo_batches(const actors::RolloutBatch& samples, const TensorView& re
     }
     if (last >= 0) in.token_rewards[std::size_t(r * t + last)] += rewards[std::size_t(r)].reward;
   }
-  in.options = {{"gamma", config.gae_gamma}, {"lambda", config.gae_lambda}, {"whiten", 1.0}};
+  in.options = {{"gamma", config.algo.gae_gamma}, {"lambda", config.algo.gae_lambda}, {"whiten", 1.0}};
   const AdvantageOutput gae = find_advantage_estimator("gae")(in);
   auto as_view = [&](const std::vector<float>& x) {
     TensorView v = TensorView::empty(DType::F32, {n, t});
@@ -57,13 +57,13 @@ PpoBatches ppo_batches(const actors::RolloutBatch& samples, const TensorView& re
   b.policy.attn_mask = samples.attn_mask;
   b.policy.loss_mask = samples.response_mask;
   b.policy.inputs = {{"old_logp", samples.logprobs}, {"advantages", as_view(gae.advantages)}, {"ref_logp", ref_logp}};
-  b.policy.options = {{"clip_eps", config.clip_eps}};
-  b.policy.temperature = config.temperature;
-  b.policy.micro_batches = config.micro_batches;
+  b.policy.options = {{"clip_eps", config.algo.clip_eps}};
+  b.policy.temperature = config.algo.temperature;
+  b.policy.micro_batches = config.algo.micro_batches;
   b.critic = b.policy;
   b.critic.objective = "value";
   b.critic.inputs = {{"old_values", values}, {"returns", as_view(gae.returns)}};
-  b.critic.options = {{"value_clip", config.value_clip}};
+  b.critic.options = {{"value_clip", config.algo.value_clip}};
   return b;
 }
 
@@ -82,24 +82,25 @@ namespace {
 
 class Ppo final : public Algorithm {
  public:
-  explicit Ppo(const RunConfig& c) : kl_(c.kl_coef, c.kl_target, c.kl_horizon) {
-    if (c.mini_batches < 1) throw std::invalid_argument("ppo: mini_batches must be at least 1");
-    if (!c.critic_init.empty() && !std::filesystem::is_regular_file(c.critic_init))
-      throw std::invalid_argument("critic init file '" + c.critic_init + "' does not exist");
+  explicit Ppo(const RunConfig& c) : kl_(c.algo.kl_coef, c.algo.kl_target, c.algo.kl_horizon) {
+    if (c.algo.mini_batches < 1) throw std::invalid_argument("ppo: mini_batches must be at least 1");
+    if (!c.algo.critic_init.empty() && !std::filesystem::is_regular_file(c.algo.critic_init))
+      throw std::invalid_argument("critic init file '" + c.algo.critic_init + "' does not exist");
   }
 
   void spawn(Run& run) override {   // the critic: the policy's architecture with a value head
-    actors::PolicyConfig model = run.config().policy;
+    const RunConfig& c = run.config();
+    actors::PolicyConfig model = c.model.policy;
     model.scalar_heads = {"value"};
     critic_ = run.runtime().spawn<actors::Trainer>(
-        run.role_options("critic"), actors::TrainerConfig{model, run.config().critic_optim, run.config().trainer_threads, run.config().blas_threads});
+        run.role_options("critic"), actors::TrainerConfig{model, c.algo.critic_optim, c.placement.trainer_threads, c.placement.blas_threads});
   }
 
   void after_warm_start(Run& run) override {
-    if (run.config().critic_init.empty()) {   // the SFT trunk, a fresh value head
+    if (run.config().algo.critic_init.empty()) {   // the SFT trunk, a fresh value head
       critic_->call(&actors::Trainer::load_trunk, run.sft_weights_path()).get();
     } else {   // a reward model's trunk, its score head as the value head
-      critic_->call(&actors::Trainer::load_trunk_as, run.config().critic_init, std::string("score"), std::string("value")).get();
+      critic_->call(&actors::Trainer::load_trunk_as, run.config().algo.critic_init, std::string("score"), std::string("value")).get();
     }
   }
 
@@ -117,13 +118,13 @@ class Ppo final : public Algorithm {
     const double beta = kl_.value();
     const PpoBatches batch = ppo_batches(samples, ref_logp, values.get(), rewards, beta, c);   // token rewards, GAE
     clock.lap(&StepTimes::reference);
-    const std::int64_t n = samples.tokens.shape[0], rows = (n + c.mini_batches - 1) / c.mini_batches;
+    const std::int64_t n = samples.tokens.shape[0], rows = (n + c.algo.mini_batches - 1) / c.algo.mini_batches;
     actors::TrainMetrics m, v;
-    for (std::int32_t epoch = 0; epoch < std::max(1, c.updates_per_batch); ++epoch) {
+    for (std::int32_t epoch = 0; epoch < std::max(1, c.algo.updates_per_batch); ++epoch) {
       for (std::int64_t begin = 0; begin < n; begin += rows) {
         const std::int64_t k = std::min(rows, n - begin);
-        auto policy = run.trainer().call(&actors::Trainer::train_step, c.mini_batches == 1 ? batch.policy : rows_of(batch.policy, begin, k));
-        auto critic = critic_->call(&actors::Trainer::train_step, c.mini_batches == 1 ? batch.critic : rows_of(batch.critic, begin, k));
+        auto policy = run.trainer().call(&actors::Trainer::train_step, c.algo.mini_batches == 1 ? batch.policy : rows_of(batch.policy, begin, k));
+        auto critic = critic_->call(&actors::Trainer::train_step, c.algo.mini_batches == 1 ? batch.critic : rows_of(batch.critic, begin, k));
         m = policy.get();
         v = critic.get();
       }
@@ -142,10 +143,10 @@ class Ppo final : public Algorithm {
   void save(Run&, const std::string& dir) override { critic_->call(&actors::Trainer::save_checkpoint, dir + "/critic").get(); }
 
   void load(Run& run, const std::string& dir) override {
-    critic_->call(&actors::Trainer::set_optimizer, run.config().critic_optim).get();
+    critic_->call(&actors::Trainer::set_optimizer, run.config().algo.critic_optim).get();
     critic_->call(&actors::Trainer::load_checkpoint, dir + "/critic").get();
     const auto& s = run.state().values;
-    if (auto it = s.find("kl_coef"); it != s.end()) kl_ = KlController(it->second, run.config().kl_target, run.config().kl_horizon);
+    if (auto it = s.find("kl_coef"); it != s.end()) kl_ = KlController(it->second, run.config().algo.kl_target, run.config().algo.kl_horizon);
   }
 
   void stop(Run& run) override {

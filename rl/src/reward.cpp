@@ -31,11 +31,11 @@ class ModelReward final : public RewardBackend {
     if (path.empty()) throw std::invalid_argument("reward 'model' needs a file: model:PATH");
     if (!std::filesystem::is_regular_file(path)) throw std::invalid_argument("reward model file '" + path + "' does not exist");
     const RunConfig& c = run.config();
-    actors::PolicyConfig rm = c.policy;   // vocab_size and seed already the run's
+    actors::PolicyConfig rm = c.model.policy;   // vocab_size and seed already the run's
     rm.scalar_heads = {"score"};
     actor_ = run.runtime().spawn<actors::RewardModel>(
         run.role_options("reward_model"),
-        actors::RewardModelConfig{rm, std::filesystem::absolute(path).string(), c.reference_threads, c.blas_threads});
+        actors::RewardModelConfig{rm, std::filesystem::absolute(path).string(), c.placement.reference_threads, c.placement.blas_threads});
   }
   std::vector<float> rewards(const RewardInput& in) override {
     return actor_.call(&actors::RewardModel::score, actors::SequenceBatch{in.samples.tokens, in.samples.attn_mask}).get();

@@ -68,11 +68,11 @@ void register_algorithm(const std::string& name, AlgorithmFactory factory) { reg
 std::vector<std::string> algorithm_names() { return registry().names(); }
 
 std::unique_ptr<Algorithm> make_algorithm(const RunConfig& config) {
-  const AlgorithmFactory* factory = registry().find(config.algorithm);
+  const AlgorithmFactory* factory = registry().find(config.algo.name);
   if (factory == nullptr) {
     std::string known;
     for (const auto& n : algorithm_names()) known += (known.empty() ? "" : ", ") + n;
-    throw std::invalid_argument("unknown algorithm '" + config.algorithm + "' (known: " + known + ")");
+    throw std::invalid_argument("unknown algorithm '" + config.algo.name + "' (known: " + known + ")");
   }
   return (*factory)(config);
 }
@@ -101,24 +101,24 @@ std::uint64_t step_seed(std::uint64_t run_seed, std::int64_t step) { return mix(
 
 RunConfig RunConfig::demo() {
   RunConfig c;
-  c.task = "addition:1-2";
-  c.policy.context = 16;
-  c.policy.layers = 2;
-  c.policy.d_model = 64;
-  c.policy.heads = 4;
+  c.task.spec = "addition:1-2";
+  c.model.policy.context = 16;
+  c.model.policy.layers = 2;
+  c.model.policy.d_model = 64;
+  c.model.policy.heads = 4;
   // Tuned for held-out points per second of GRPO on seeds 1-4 (README: the seeds' table). A
   // 600-step warm start (~50-64 % held-out accuracy) is where GRPO climbs fastest: from 300 steps
   // (~30 %) it gained +19 in 60 s, from 1,000 (~72 %) +16.
-  c.sft.steps = 600;
-  c.sft.batch_size = 64;
-  c.sft.optim.lr = 3e-3;
-  c.sft.optim.warmup_steps = 20;
-  c.steps = 450;              // ~50 s of GRPO on a quiet 2-core VM
-  c.prompts_per_step = 64;
-  c.group_size = 8;
-  c.optim.lr = 3e-4;
-  c.kl_coef = 0.0;            // no KL term, so no reference pass: ~20 % less per step, the same learning
-  c.eval_every = 20;
+  c.algo.sft.steps = 600;
+  c.algo.sft.batch_size = 64;
+  c.algo.sft.optim.lr = 3e-3;
+  c.algo.sft.optim.warmup_steps = 20;
+  c.algo.steps = 450;              // ~50 s of GRPO on a quiet 2-core VM
+  c.algo.prompts_per_step = 64;
+  c.algo.group_size = 8;
+  c.algo.optim.lr = 3e-4;
+  c.algo.kl_coef = 0.0;            // no KL term, so no reference pass: ~20 % less per step, the same learning
+  c.run.eval_every = 20;
   return c;
 }
 
@@ -127,58 +127,60 @@ RunConfig RunConfig::demo() {
 Run::Run(Runtime& rt, RunConfig config) : rt_(rt), config_(std::move(config)) {
   register_grpo_objective();
   algorithm_ = make_algorithm(config_);   // an unknown name or a refused configuration fails here, not at step 1
-  advantage_ = find_advantage_estimator(config_.advantage);
-  rollouts_ = RolloutRange::parse(config_.rollouts);
-  if (!config_.init_weights.empty()) {
-    if (!std::filesystem::is_regular_file(config_.init_weights))
-      throw std::invalid_argument("init weights file '" + config_.init_weights + "' does not exist");
-    config_.init_weights = std::filesystem::absolute(config_.init_weights).string();   // workers may run elsewhere
+  advantage_ = find_advantage_estimator(config_.algo.advantage);
+  rollouts_ = RolloutRange::parse(config_.placement.rollouts);
+  if (!config_.model.init_weights.empty()) {
+    if (!std::filesystem::is_regular_file(config_.model.init_weights))
+      throw std::invalid_argument("init weights file '" + config_.model.init_weights + "' does not exist");
+    config_.model.init_weights = std::filesystem::absolute(config_.model.init_weights).string();   // workers may run elsewhere
   }
-  task_ = make_task(config_.task);
+  task_ = make_task(config_.task.spec);
   tokenizer_ = std::make_unique<actors::CharTokenizer>(task_->alphabet());
-  config_.policy.vocab_size = tokenizer_->vocab_size();
-  config_.policy.seed = config_.seed;
-  data_ = Dataset::make(*task_, config_.train_size, config_.heldout_size, config_.seed);
-  state_.seed = config_.seed;
-  state_.cursor.seed = mix(config_.seed ^ 0xc0ffee);
-  config_.run_dir = std::filesystem::absolute(config_.run_dir).string();
-  std::filesystem::create_directories(config_.run_dir);
+  config_.model.policy.vocab_size = tokenizer_->vocab_size();
+  config_.model.policy.seed = config_.run.seed;
+  data_ = Dataset::make(*task_, config_.task.train_size, config_.task.heldout_size, config_.run.seed);
+  state_.seed = config_.run.seed;
+  state_.cursor.seed = mix(config_.run.seed ^ 0xc0ffee);
+  config_.run.run_dir = std::filesystem::absolute(config_.run.run_dir).string();
+  std::filesystem::create_directories(config_.run.run_dir);
   {   // the resolved configuration, next to the metrics
     RunConfig resolved = config_;
-    std::ofstream(config_.run_dir + "/config.toml") << run_config_schema(resolved).to_toml();
+    std::ofstream(config_.run.run_dir + "/config.toml") << run_config_schema(resolved).to_toml();
   }
-  if (config_.blas_threads > 0) blas_before_ = actors::blas_threads();   // the actors set theirs (their configs)
+  if (config_.placement.blas_threads > 0) blas_before_ = actors::blas_threads();   // the actors set theirs (their configs)
   spawn_actors();
   algorithm_->spawn(*this);
 }
 
 Options Run::role_options(const std::string& name) const {
   Options o = Options{}.name(name);
-  if (config_.worker_processes) o.process(true);
+  if (config_.placement.worker_processes) o.process(true);
   return o;
 }
 
 void Run::spawn_actors() {
-  reward_backend_ = make_reward_backend(*this, config_.reward);   // first: a refused spec spawns nothing
+  reward_backend_ = make_reward_backend(*this, config_.algo.reward);   // first: a refused spec spawns nothing
+  const PlacementConfig& place = config_.placement;
+  const actors::PolicyConfig& policy = config_.model.policy;
   Options trainer = Options{}.name("trainer"), rollout = Options{}.name("rollout"), weights = Options{}.name("weights");
-  if (config_.worker_processes) {
-    const int cpus = std::max(config_.trainer_threads, config_.rollout_threads);
+  if (place.worker_processes) {
+    const int cpus = std::max(place.trainer_threads, place.rollout_threads);
     group_ = rt_.placement_group({"CPU=" + std::to_string(cpus)}, "PACK", "grpo");
     if (!group_->ready(std::chrono::seconds(60))) throw std::runtime_error("no node has room for the trainer's bundle");
     trainer.bundle(*group_, 0, /*colocate=*/true);
     rollout.bundle(*group_, 0, /*colocate=*/true);
     weights.bundle(*group_, 0, /*colocate=*/true);   // with the trainer: publishing is one copy, pulling none
   }
-  trainer_ = rt_.spawn<actors::Trainer>(trainer, actors::TrainerConfig{config_.policy, config_.sft.optim, config_.trainer_threads, config_.blas_threads});
-  rollout_ = rt_.spawn<actors::RolloutEngine>(rollout, actors::RolloutConfig{config_.policy, config_.rollout_threads, true, config_.blas_threads});
+  trainer_ = rt_.spawn<actors::Trainer>(trainer, actors::TrainerConfig{policy, config_.algo.sft.optim, place.trainer_threads, place.blas_threads});
+  const actors::RolloutConfig engine{policy, place.rollout_threads, true, place.blas_threads};
+  rollout_ = rt_.spawn<actors::RolloutEngine>(rollout, engine);
   reference_ = rt_.spawn<actors::Reference>(role_options("reference"),
-                                            actors::ReferenceConfig{config_.policy, "", config_.reference_threads, config_.blas_threads});
+                                            actors::ReferenceConfig{policy, "", place.reference_threads, place.blas_threads});
   reward_ = rt_.spawn<actors::Reward>(role_options("reward"), actors::RewardConfig{task_->verifier(), 0.0f});
   weights_ = rt_.spawn<WeightStore>(weights);
   // Engines 1.. run in worker processes of their own wherever the head finds room.
-  const Options member = Options{}.process(true).cpus(config_.rollout_threads);
-  pool_ = std::make_unique<RolloutPool>(rt_, rollout_, weights_, rollouts_, member,
-                                        actors::RolloutConfig{config_.policy, config_.rollout_threads, true, config_.blas_threads});
+  const Options member = Options{}.process(true).cpus(place.rollout_threads);
+  pool_ = std::make_unique<RolloutPool>(rt_, rollout_, weights_, rollouts_, member, engine);
 }
 
 Run::~Run() {
@@ -194,23 +196,23 @@ Run::~Run() {
   if (blas_before_ > 0) actors::set_blas_threads(blas_before_);
 }
 
-std::string Run::sft_weights_path() const { return config_.run_dir + "/sft.safetensors"; }
+std::string Run::sft_weights_path() const { return config_.run.run_dir + "/sft.safetensors"; }
 
 // --- warm start and evaluation ---------------------------------------------------------------------
 
 void Run::warm_start() {
-  if (!config_.init_weights.empty()) trainer_.call(&actors::Trainer::load_trunk, config_.init_weights).get();
-  DataCursor cursor{mix(config_.seed ^ 0x5f7), 0, 0};
-  ProgressLine progress(config_.sft.steps, 50, config_.verbose);
-  for (std::int32_t s = 1; s <= config_.sft.steps; ++s) {
-    auto batch = sft_batch(cursor.next(data_.train, std::size_t(config_.sft.batch_size)), *tokenizer_);
+  if (!config_.model.init_weights.empty()) trainer_.call(&actors::Trainer::load_trunk, config_.model.init_weights).get();
+  DataCursor cursor{mix(config_.run.seed ^ 0x5f7), 0, 0};
+  ProgressLine progress(config_.algo.sft.steps, 50, config_.run.verbose);
+  for (std::int32_t s = 1; s <= config_.algo.sft.steps; ++s) {
+    auto batch = sft_batch(cursor.next(data_.train, std::size_t(config_.algo.sft.batch_size)), *tokenizer_);
     auto m = trainer_.call(&actors::Trainer::train_step, std::move(batch)).get();
-    if (s % 50 == 0 || s == config_.sft.steps)
-      progress.message("sft step " + std::to_string(s) + "/" + std::to_string(config_.sft.steps) +
+    if (s % 50 == 0 || s == config_.algo.sft.steps)
+      progress.message("sft step " + std::to_string(s) + "/" + std::to_string(config_.algo.sft.steps) +
                        "  nll " + std::to_string(m.values["nll"]));
   }
   trainer_.call(&actors::Trainer::save_weights, sft_weights_path()).get();
-  trainer_.call(&actors::Trainer::set_optimizer, config_.optim).get();
+  trainer_.call(&actors::Trainer::set_optimizer, config_.algo.optim).get();
   algorithm_->after_warm_start(*this);
   sync_weights();
   start_reference();
@@ -234,11 +236,11 @@ EvalResult Run::evaluate() {
 
 // --- the roles' calls a step is written with ---------------------------------------------------------
 
-std::vector<Problem> Run::next_prompts() { return state_.cursor.next(data_.train, std::size_t(config_.prompts_per_step)); }
+std::vector<Problem> Run::next_prompts() { return state_.cursor.next(data_.train, std::size_t(config_.algo.prompts_per_step)); }
 
 actors::SamplingParams Run::step_sampling(std::int64_t step) const {
-  return actors::SamplingParams{config_.temperature, config_.top_p, std::int32_t(task_->max_answer_chars() + 1),
-                                tokenizer_->eos_id(), step_seed(config_.seed, step)};
+  return actors::SamplingParams{config_.algo.temperature, config_.algo.top_p, std::int32_t(task_->max_answer_chars() + 1),
+                                tokenizer_->eos_id(), step_seed(config_.run.seed, step)};
 }
 
 actors::RolloutBatch Run::generate(const std::vector<Problem>& problems) { return generate(problems, state_.step); }
@@ -246,34 +248,35 @@ actors::RolloutBatch Run::generate(const std::vector<Problem>& problems) { retur
 actors::RolloutBatch Run::generate(const std::vector<Problem>& problems, std::int64_t step) {
   actors::GenerateRequest req;
   req.prompts = encode_prompts(problems, *tokenizer_);
-  req.samples_per_prompt = config_.group_size;
+  req.samples_per_prompt = config_.algo.group_size;
   req.sampling = step_sampling(step);
   return pool_->generate(req, &engines_);
 }
 
 std::vector<actors::RewardResult> Run::score(const std::vector<Problem>& problems, const actors::RolloutBatch& samples) {
-  auto results = reward_.call(&actors::Reward::score, score_items(problems, config_.group_size, samples, *tokenizer_)).get();
+  auto results = reward_.call(&actors::Reward::score, score_items(problems, config_.algo.group_size, samples, *tokenizer_)).get();
   // The backend's rewards train the policy; the verifier's verdicts stay for format and accuracy.
-  const auto rewards = reward_backend_->rewards(RewardInput{problems, samples, config_.group_size, results});
+  const auto rewards = reward_backend_->rewards(RewardInput{problems, samples, config_.algo.group_size, results});
   if (rewards.size() != results.size())
-    throw std::runtime_error("reward '" + config_.reward + "' gave " + std::to_string(rewards.size()) + " rewards for " +
+    throw std::runtime_error("reward '" + config_.algo.reward + "' gave " + std::to_string(rewards.size()) + " rewards for " +
                              std::to_string(results.size()) + " samples");
   for (std::size_t i = 0; i < results.size(); ++i) results[i].reward = rewards[i];
   return results;
 }
 
 TensorView Run::reference_logprobs(const actors::RolloutBatch& samples) {
-  return reference_.call(&actors::Reference::logprobs, actors::LogprobRequest{samples.tokens, samples.attn_mask, config_.temperature}).get();
+  const actors::LogprobRequest request{samples.tokens, samples.attn_mask, config_.algo.temperature};
+  return reference_.call(&actors::Reference::logprobs, request).get();
 }
 
 std::vector<float> Run::advantages(const std::vector<actors::RewardResult>& rewards) {
   AdvantageInput in;
   in.rewards.reserve(rewards.size());
   for (auto& x : rewards) in.rewards.push_back(x.reward);
-  in.group_size = config_.group_size;
+  in.group_size = config_.algo.group_size;
   AdvantageOutput out = advantage_(in);
   if (out.per_token || out.advantages.size() != in.rewards.size()) {
-    throw std::invalid_argument("advantage estimator '" + config_.advantage + "' does not give one advantage per sample");
+    throw std::invalid_argument("advantage estimator '" + config_.algo.advantage + "' does not give one advantage per sample");
   }
   return std::move(out.advantages);
 }
@@ -344,10 +347,10 @@ std::string summary_json_line(const RunSummary& s) {
 
 RunConfig for_job_attempt(RunConfig config) {
   const char* attempt = std::getenv("TROUPE_JOB_ATTEMPT");
-  if (attempt != nullptr && std::atoi(attempt) > 1 && !config.resume) {
-    config.resume = true;
+  if (attempt != nullptr && std::atoi(attempt) > 1 && !config.run.resume) {
+    config.run.resume = true;
     std::cerr << "attempt " << attempt << " of job " << (std::getenv("TROUPE_JOB_ID") ? std::getenv("TROUPE_JOB_ID") : "?")
-              << ": resuming from the newest checkpoint in " << config.run_dir << " (if any)" << std::endl;
+              << ": resuming from the newest checkpoint in " << config.run.run_dir << " (if any)" << std::endl;
   }
   return config;
 }
@@ -368,7 +371,7 @@ int run_and_report(const std::string& program, Runtime& rt, const RunConfig& con
 // --- checkpoints --------------------------------------------------------------------------------------
 
 std::string Run::save_checkpoint() {
-  const std::string dir = checkpoint_dir(config_.run_dir, state_.step), staging = dir + ".tmp";
+  const std::string dir = checkpoint_dir(config_.run.run_dir, state_.step), staging = dir + ".tmp";
   std::filesystem::remove_all(staging);
   std::filesystem::create_directories(staging);
   trainer_.call(&actors::Trainer::save_checkpoint, staging).get();
@@ -379,10 +382,10 @@ std::string Run::save_checkpoint() {
 }
 
 bool Run::resume() {
-  auto dir = latest_checkpoint(config_.run_dir);
+  auto dir = latest_checkpoint(config_.run.run_dir);
   if (!dir) return false;
   state_ = load_run_state(*dir);
-  trainer_.call(&actors::Trainer::set_optimizer, config_.optim).get();
+  trainer_.call(&actors::Trainer::set_optimizer, config_.algo.optim).get();
   trainer_.call(&actors::Trainer::load_checkpoint, *dir).get();
   algorithm_->load(*this, *dir);
   sync_weights();
@@ -396,9 +399,9 @@ actors::Weights Run::policy_weights() { return trainer_.call(&actors::Trainer::w
 
 RunSummary Run::begin_run() {
   RunSummary sum;
-  sum.run_dir = config_.run_dir;
+  sum.run_dir = config_.run.run_dir;
   sum.metrics_path = sum.run_dir + "/metrics.jsonl";
-  sum.resumed = config_.resume && resume();
+  sum.resumed = config_.run.resume && resume();
   if (!sum.resumed) {
     warm_start();
     EvalResult e = evaluate();
@@ -428,10 +431,10 @@ void Run::end_run(RunSummary& sum, std::int32_t steps_here) {
   if (sum.stopped_early) return;
   std::string error;
   const std::string png = sum.run_dir + "/reward.png";
-  std::string name = config_.algorithm;
+  std::string name = config_.algo.name;
   std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return char(std::toupper(ch)); });
-  if (plot_metrics(sum.metrics_path, png, name + " on " + config_.task, sum.sft_heldout_acc, &error)) sum.plot_path = png;
-  else ProgressLine(0, 1, config_.verbose).message("no plot: " + error);
+  if (plot_metrics(sum.metrics_path, png, name + " on " + config_.task.spec, sum.sft_heldout_acc, &error)) sum.plot_path = png;
+  else ProgressLine(0, 1, config_.run.verbose).message("no plot: " + error);
 }
 
 RunSummary Run::run() {
@@ -439,20 +442,20 @@ RunSummary Run::run() {
   RunSummary sum = begin_run();
   sum.sft_seconds = since(start);
   MetricsLog log(sum.metrics_path, sum.resumed ? state_.step : -1);
-  ProgressLine progress(config_.steps, 10, config_.verbose);
+  ProgressLine progress(config_.algo.steps, 10, config_.run.verbose);
   progress.message("SFT warm start: held-out accuracy " + std::to_string(state_.sft_heldout_acc) +
                    (sum.resumed ? " (resumed at step " + std::to_string(state_.step) + ")" : ""));
   const auto rl_start = Clock::now();
   std::int32_t steps_here = 0;
-  while (state_.step < config_.steps) {
-    if (config_.stop_after >= 0 && steps_here >= config_.stop_after) { sum.stopped_early = true; break; }
+  while (state_.step < config_.algo.steps) {
+    if (config_.run.stop_after >= 0 && steps_here >= config_.run.stop_after) { sum.stopped_early = true; break; }
     StepRecord rec = step();
     ++steps_here;
-    const bool last = state_.step == config_.steps;
-    if (last || (config_.eval_every > 0 && state_.step % config_.eval_every == 0)) evaluate_into(rec, sum);
+    const bool last = state_.step == config_.algo.steps;
+    if (last || (config_.run.eval_every > 0 && state_.step % config_.run.eval_every == 0)) evaluate_into(rec, sum);
     log.write(rec);
     progress.update(rec, since(start));
-    if (config_.checkpoint_every > 0 && state_.step % config_.checkpoint_every == 0 && !last) save_checkpoint();
+    if (config_.run.checkpoint_every > 0 && state_.step % config_.run.checkpoint_every == 0 && !last) save_checkpoint();
   }
   progress.finish();
   end_run(sum, steps_here);

@@ -31,17 +31,17 @@ TEST_CASE("a config file sets the keys it names, the others keep the demo's valu
   auto schema = run_config_schema(c);
   schema.load_string("[algo]\nkl_coef = 0.02\ngroup_size = 4\n[task]\nspec = \"addition:1-3\"\n[run]\nresume = true\n"
                      "[model]\nlayers = 3\n[placement]\nworker_processes = true\n", "run.toml");
-  CHECK(c.kl_coef == doctest::Approx(0.02));
-  CHECK(c.group_size == 4);
-  CHECK(c.task == "addition:1-3");
-  CHECK(c.resume);
-  CHECK(c.policy.layers == 3);
-  CHECK(c.worker_processes);
+  CHECK(c.algo.kl_coef == doctest::Approx(0.02));
+  CHECK(c.algo.group_size == 4);
+  CHECK(c.task.spec == "addition:1-3");
+  CHECK(c.run.resume);
+  CHECK(c.model.policy.layers == 3);
+  CHECK(c.placement.worker_processes);
   const auto demo = RunConfig::demo();
-  CHECK(c.steps == demo.steps);   // not named: the demo's
-  CHECK(c.optim.lr == doctest::Approx(demo.optim.lr));
+  CHECK(c.algo.steps == demo.algo.steps);   // not named: the demo's
+  CHECK(c.algo.optim.lr == doctest::Approx(demo.algo.optim.lr));
   schema.load_string("algo.lr = 1\n");   // dotted keys; an integer for a float field
-  CHECK(c.optim.lr == doctest::Approx(1.0));
+  CHECK(c.algo.optim.lr == doctest::Approx(1.0));
 }
 
 TEST_CASE("--set takes one key in TOML syntax, a bare string too") {
@@ -51,10 +51,10 @@ TEST_CASE("--set takes one key in TOML syntax, a bare string too") {
   schema.set("task.spec=addition:2-2");
   schema.set("run.run_dir=\"runs/x y\"");
   schema.set("run.verbose=false");
-  CHECK(c.kl_coef == doctest::Approx(0.5));
-  CHECK(c.task == "addition:2-2");
-  CHECK(c.run_dir == "runs/x y");
-  CHECK_FALSE(c.verbose);
+  CHECK(c.algo.kl_coef == doctest::Approx(0.5));
+  CHECK(c.task.spec == "addition:2-2");
+  CHECK(c.run.run_dir == "runs/x y");
+  CHECK_FALSE(c.run.verbose);
   CHECK(refusal([&] { schema.set("algo.nope=1"); }).find("unknown key 'algo.nope'") != std::string::npos);
   CHECK(refusal([&] { schema.set("algo.group_size=many"); }).find("algo.group_size") != std::string::npos);
   CHECK(refusal([&] { schema.set("algo.group_size"); }).find("key=value") != std::string::npos);
@@ -76,15 +76,15 @@ TEST_CASE("an unknown key, a wrong type, a value out of range or bad syntax is r
 
 TEST_CASE("the written configuration reads back to the same values, and the shipped demo file is the demo") {
   auto c = RunConfig::demo();
-  c.kl_coef = 0.0123;
-  c.temperature = 0.7f;
-  c.task = "addition:1-3";
+  c.algo.kl_coef = 0.0123;
+  c.algo.temperature = 0.7f;
+  c.task.spec = "addition:1-3";
   const std::string text = run_config_schema(c).to_toml();
   RunConfig back;   // not the demo: every key must come from the text
   run_config_schema(back).load_string(text);
   CHECK(run_config_schema(back).to_toml() == text);
-  CHECK(back.kl_coef == c.kl_coef);
-  CHECK(back.temperature == c.temperature);
+  CHECK(back.algo.kl_coef == c.algo.kl_coef);
+  CHECK(back.algo.temperature == c.algo.temperature);
   auto demo = RunConfig::demo();
   std::ifstream shipped(TROUPE_SOURCE_DIR "/examples/configs/grpo.toml");
   REQUIRE(shipped);
@@ -99,11 +99,11 @@ TEST_CASE("the written configuration reads back to the same values, and the ship
 TEST_CASE("a job's later attempt resumes from the newest checkpoint, its first attempt and a plain run do not") {
   troupe::rl::RunConfig c;
   ::unsetenv("TROUPE_JOB_ATTEMPT");
-  CHECK_FALSE(troupe::rl::for_job_attempt(c).resume);
+  CHECK_FALSE(troupe::rl::for_job_attempt(c).run.resume);
   ::setenv("TROUPE_JOB_ATTEMPT", "1", 1);
-  CHECK_FALSE(troupe::rl::for_job_attempt(c).resume);
+  CHECK_FALSE(troupe::rl::for_job_attempt(c).run.resume);
   ::setenv("TROUPE_JOB_ATTEMPT", "2", 1);
-  CHECK(troupe::rl::for_job_attempt(c).resume);
+  CHECK(troupe::rl::for_job_attempt(c).run.resume);
   ::unsetenv("TROUPE_JOB_ATTEMPT");
 }
 
@@ -113,9 +113,9 @@ TEST_CASE("a program's command line: its flags set their keys, --troupe-* flags 
   const char* argv[] = {"ppo", "--troupe-log-level", "warn", "--set", "algo.kl_coef=0.5", "--seed", "7",
                         "--critic-init=/x/rm.safetensors", "--address", "127.0.0.1:1"};
   apply_program_command_line(schema, 10, argv, {{"--seed", "run.seed"}, {"--critic-init", "algo.critic_init"}});
-  CHECK(c.seed == 7);
-  CHECK(c.critic_init == "/x/rm.safetensors");
-  CHECK(c.kl_coef == doctest::Approx(0.5));
+  CHECK(c.run.seed == 7);
+  CHECK(c.algo.critic_init == "/x/rm.safetensors");
+  CHECK(c.algo.kl_coef == doctest::Approx(0.5));
   const char* bad[] = {"ppo", "--stpes", "3"};
   try {
     apply_program_command_line(schema, 3, bad, {{"--steps", "algo.steps"}});
@@ -128,9 +128,9 @@ TEST_CASE("a program's command line: its flags set their keys, --troupe-* flags 
   // A flag's value is taken by its key's type: a run dir that reads as a number stays text.
   const char* numeric_dir[] = {"dpo", "--run-dir", "2024", "--rollouts", "1:3", "--steps", "12"};
   apply_program_command_line(schema, 7, numeric_dir, troupe::rl::common_program_flags());
-  CHECK(c.run_dir == "2024");
-  CHECK(c.rollouts == "1:3");
-  CHECK(c.steps == 12);
+  CHECK(c.run.run_dir == "2024");
+  CHECK(c.placement.rollouts == "1:3");
+  CHECK(c.algo.steps == 12);
   const char* not_a_number[] = {"dpo", "--steps", "many"};
   CHECK_THROWS_AS(apply_program_command_line(schema, 3, not_a_number, troupe::rl::common_program_flags()), std::invalid_argument);
 }

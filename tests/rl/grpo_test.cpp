@@ -21,26 +21,26 @@ namespace {
 // One-digit addition, a 1-layer model, a short warm start: seconds per run.
 RunConfig tiny(const std::string& run_dir) {
   RunConfig c;
-  c.task = "addition:1-1";
-  c.train_size = 90;
-  c.heldout_size = 10;
-  c.policy.context = 8;
-  c.policy.layers = 1;
-  c.policy.d_model = 64;
-  c.policy.heads = 4;
-  c.sft.steps = 60;
-  c.sft.batch_size = 64;
-  c.sft.optim.lr = 3e-3;
-  c.sft.optim.warmup_steps = 20;
-  c.steps = 50;
-  c.prompts_per_step = 32;
-  c.group_size = 8;
-  c.optim.lr = 2e-3;
-  c.eval_every = 0;
-  c.seed = 11;
-  c.verbose = false;
-  c.run_dir = (std::filesystem::temp_directory_path() / (run_dir + "-" + std::to_string(::getpid()))).string();
-  std::filesystem::remove_all(c.run_dir);
+  c.task.spec = "addition:1-1";
+  c.task.train_size = 90;
+  c.task.heldout_size = 10;
+  c.model.policy.context = 8;
+  c.model.policy.layers = 1;
+  c.model.policy.d_model = 64;
+  c.model.policy.heads = 4;
+  c.algo.sft.steps = 60;
+  c.algo.sft.batch_size = 64;
+  c.algo.sft.optim.lr = 3e-3;
+  c.algo.sft.optim.warmup_steps = 20;
+  c.algo.steps = 50;
+  c.algo.prompts_per_step = 32;
+  c.algo.group_size = 8;
+  c.algo.optim.lr = 2e-3;
+  c.run.eval_every = 0;
+  c.run.seed = 11;
+  c.run.verbose = false;
+  c.run.run_dir = (std::filesystem::temp_directory_path() / (run_dir + "-" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(c.run.run_dir);
   return c;
 }
 
@@ -65,7 +65,7 @@ TEST_CASE("a short seeded GRPO run on one-digit addition raises its reward withi
   Run grpo(rt, config);
   grpo.warm_start();
   std::vector<StepRecord> records;
-  for (int s = 0; s < config.steps; ++s) records.push_back(grpo.step());
+  for (int s = 0; s < config.algo.steps; ++s) records.push_back(grpo.step());
   const double first = mean_reward(records, 0, 5), last = mean_reward(records, records.size() - 5, records.size());
   MESSAGE("reward " << first << " -> " << last);
   // Measured with seeds 1, 2, 3: +0.33, +0.41, +0.32 (this seed, 11, is checked here).
@@ -73,7 +73,7 @@ TEST_CASE("a short seeded GRPO run on one-digit addition raises its reward withi
   CHECK(last > first + 0.2);
   // Every step's samples came from the previous step's weights (RL-1: on-policy, lag 0).
   for (std::size_t i = 1; i < records.size(); ++i) CHECK(records[i].sample_version == records[i - 1].policy_version);
-  std::filesystem::remove_all(config.run_dir);
+  std::filesystem::remove_all(config.run.run_dir);
 }
 
 namespace {
@@ -84,10 +84,10 @@ namespace {
 void check_resume_equals_no_stop(const std::string& algorithm, const std::function<void(RunConfig&)>& configure = {}) {
   auto rt = troupe::Runtime::create().value();
   auto straight = tiny("troupe_" + algorithm + "_straight");
-  straight.algorithm = algorithm;
-  straight.steps = 4;
-  straight.sft.steps = 10;
-  straight.eval_every = 2;
+  straight.algo.name = algorithm;
+  straight.algo.steps = 4;
+  straight.algo.sft.steps = 10;
+  straight.run.eval_every = 2;
   if (configure) configure(straight);
   troupe::actors::Weights expected;
   {
@@ -97,9 +97,9 @@ void check_resume_equals_no_stop(const std::string& algorithm, const std::functi
     expected = grpo.policy_weights();
   }
   auto stopped = straight;
-  stopped.run_dir = (std::filesystem::temp_directory_path() / ("troupe_" + algorithm + "_resumed-" + std::to_string(::getpid()))).string();
-  std::filesystem::remove_all(stopped.run_dir);
-  stopped.stop_after = 2;
+  stopped.run.run_dir = (std::filesystem::temp_directory_path() / ("troupe_" + algorithm + "_resumed-" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(stopped.run.run_dir);
+  stopped.run.stop_after = 2;
   {
     Run grpo(rt, stopped);
     auto sum = grpo.run();
@@ -107,8 +107,8 @@ void check_resume_equals_no_stop(const std::string& algorithm, const std::functi
     CHECK(sum.steps == 2);
   }
   auto resumed = stopped;
-  resumed.stop_after = -1;
-  resumed.resume = true;
+  resumed.run.stop_after = -1;
+  resumed.run.resume = true;
   troupe::actors::Weights actual;
   {
     Run grpo(rt, resumed);
@@ -118,7 +118,7 @@ void check_resume_equals_no_stop(const std::string& algorithm, const std::functi
     actual = grpo.policy_weights();
   }
   CHECK(same_weights(expected, actual));
-  auto a = read_metrics(straight.run_dir + "/metrics.jsonl"), b = read_metrics(resumed.run_dir + "/metrics.jsonl");
+  auto a = read_metrics(straight.run.run_dir + "/metrics.jsonl"), b = read_metrics(resumed.run.run_dir + "/metrics.jsonl");
   REQUIRE(a.size() == 4);
   REQUIRE(b.size() == 4);
   for (std::size_t i = 0; i < 4; ++i) {
@@ -130,8 +130,8 @@ void check_resume_equals_no_stop(const std::string& algorithm, const std::functi
     CHECK(a[i].heldout_acc == b[i].heldout_acc);
     CHECK(a[i].values == b[i].values);   // the objective's metrics: a critic's value loss too
   }
-  std::filesystem::remove_all(straight.run_dir);
-  std::filesystem::remove_all(resumed.run_dir);
+  std::filesystem::remove_all(straight.run.run_dir);
+  std::filesystem::remove_all(resumed.run.run_dir);
 }
 
 }  // namespace
@@ -140,14 +140,14 @@ TEST_CASE("a resumed run takes the same steps as an uninterrupted one (RL-2)") {
 
 TEST_CASE("a resumed PPO run, its critic included, and a resumed DPO run take the same steps as uninterrupted ones") {
   check_resume_equals_no_stop("ppo", [](RunConfig& c) {
-    c.kl_target = 0.01;   // far below what the policy drifts: the controller raises beta every step
-    c.kl_horizon = 500;
+    c.algo.kl_target = 0.01;   // far below what the policy drifts: the controller raises beta every step
+    c.algo.kl_horizon = 500;
   });
   check_resume_equals_no_stop("dpo");
-  check_resume_equals_no_stop("dpo", [](RunConfig& c) { c.dpo_round_steps = 3; });   // the stop falls inside a round
+  check_resume_equals_no_stop("dpo", [](RunConfig& c) { c.algo.dpo_round_steps = 3; });   // the stop falls inside a round
   check_resume_equals_no_stop("dpo", [](RunConfig& c) {   // the same with steps that have no pair (an untrained policy)
-    c.dpo_round_steps = 3;
-    c.sft.steps = 0;
+    c.algo.dpo_round_steps = 3;
+    c.algo.sft.steps = 0;
   });
 }
 
@@ -156,91 +156,91 @@ TEST_CASE("GRPO and DPO: 60 seeded steps of the demo raise held-out accuracy ove
   for (const std::string algorithm : {"grpo", "dpo"}) {
     CAPTURE(algorithm);
     auto config = RunConfig::demo();   // its 600-step warm start, 64 prompts x 8
-    config.algorithm = algorithm;
-    config.steps = 60;
-    config.eval_every = 0;
-    config.verbose = false;
-    config.run_dir = (std::filesystem::temp_directory_path() / ("troupe_" + algorithm + "_learns-" + std::to_string(::getpid()))).string();
-    std::filesystem::remove_all(config.run_dir);
+    config.algo.name = algorithm;
+    config.algo.steps = 60;
+    config.run.eval_every = 0;
+    config.run.verbose = false;
+    config.run.run_dir = (std::filesystem::temp_directory_path() / ("troupe_" + algorithm + "_learns-" + std::to_string(::getpid()))).string();
+    std::filesystem::remove_all(config.run.run_dir);
     Run run(rt, config);
     run.warm_start();
     const double before = run.evaluate().accuracy;
-    for (int s = 0; s < config.steps; ++s) run.step();
+    for (int s = 0; s < config.algo.steps; ++s) run.step();
     const double after = run.evaluate().accuracy;
     MESSAGE(algorithm << ": held-out accuracy " << before << " -> " << after);
     CHECK(after >= before + 0.08);   // measured on seed 1: grpo 0.492 -> 0.658, dpo 0.492 -> 0.660 at step 60
-    std::filesystem::remove_all(config.run_dir);
+    std::filesystem::remove_all(config.run.run_dir);
   }
 }
 
 TEST_CASE("PPO: a short seeded run on the demo task raises its held-out accuracy, its critic learning the values") {
   auto rt = troupe::Runtime::create().value();
   auto config = RunConfig::demo();   // held-out accuracy needs a task that generalises: the demo's, 60 steps
-  config.algorithm = "ppo";
-  config.sft.steps = 300;   // the start the margin below was measured from (~30 %)
-  config.steps = 60;
-  config.eval_every = 0;
-  config.verbose = false;
-  config.kl_coef = 0.02;   // build/bin/ppo's settings
-  config.updates_per_batch = 2;
-  config.mini_batches = 2;
-  config.optim.lr = 5e-4;
-  config.critic_optim.lr = 1e-3;
-  config.critic_optim.warmup_steps = 20;
-  config.blas_threads = 1;
-  config.run_dir = (std::filesystem::temp_directory_path() / ("troupe_ppo_learns-" + std::to_string(::getpid()))).string();
-  std::filesystem::remove_all(config.run_dir);
+  config.algo.name = "ppo";
+  config.algo.sft.steps = 300;   // the start the margin below was measured from (~30 %)
+  config.algo.steps = 60;
+  config.run.eval_every = 0;
+  config.run.verbose = false;
+  config.algo.kl_coef = 0.02;   // build/bin/ppo's settings
+  config.algo.updates_per_batch = 2;
+  config.algo.mini_batches = 2;
+  config.algo.optim.lr = 5e-4;
+  config.algo.critic_optim.lr = 1e-3;
+  config.algo.critic_optim.warmup_steps = 20;
+  config.placement.blas_threads = 1;
+  config.run.run_dir = (std::filesystem::temp_directory_path() / ("troupe_ppo_learns-" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(config.run.run_dir);
   Run grpo(rt, config);
   grpo.warm_start();
   const double before = grpo.evaluate().accuracy;
   std::vector<StepRecord> records;
-  for (int s = 0; s < config.steps; ++s) records.push_back(grpo.step());
+  for (int s = 0; s < config.algo.steps; ++s) records.push_back(grpo.step());
   const double after = grpo.evaluate().accuracy;
   MESSAGE("PPO reward " << mean_reward(records, 0, 5) << " -> " << mean_reward(records, records.size() - 5, records.size())
                         << ", held-out accuracy " << before << " -> " << after << ", value loss "
                         << records.front().values.at("value_loss") << " -> " << records.back().values.at("value_loss"));
   CHECK(after >= before + 0.05);   // measured on seed 1: 0.302 -> 0.38 at step 60 (build/bin/ppo's run)
   CHECK(records.back().values.at("value_loss") < records.front().values.at("value_loss"));
-  CHECK(records.back().policy_version == records.front().policy_version + 2 * 2 * (config.steps - 1));   // epochs x mini-batches
-  std::filesystem::remove_all(config.run_dir);
+  CHECK(records.back().policy_version == records.front().policy_version + 2 * 2 * (config.algo.steps - 1));   // epochs x mini-batches
+  std::filesystem::remove_all(config.run.run_dir);
 }
 
 TEST_CASE("PPO's adaptive KL controller moves beta by the sampled KL, and offline DPO samples every pair from the SFT policy") {
   auto rt = troupe::Runtime::create().value();
   SUBCASE("ppo") {
     auto config = tiny("troupe_ppo_adaptive_kl");
-    config.algorithm = "ppo";
-    config.steps = 3;
-    config.sft.steps = 10;
-    config.kl_coef = 0.05;
-    config.kl_target = 1e-4;   // the first step's KL is 0 (pi_old is pi_ref: beta falls), the others' above it
-    config.kl_horizon = 1000;
+    config.algo.name = "ppo";
+    config.algo.steps = 3;
+    config.algo.sft.steps = 10;
+    config.algo.kl_coef = 0.05;
+    config.algo.kl_target = 1e-4;   // the first step's KL is 0 (pi_old is pi_ref: beta falls), the others' above it
+    config.algo.kl_horizon = 1000;
     Run ppo(rt, config);
     ppo.warm_start();
     std::vector<StepRecord> records;
-    for (int s = 0; s < config.steps; ++s) records.push_back(ppo.step());
-    double beta = config.kl_coef;
+    for (int s = 0; s < config.algo.steps; ++s) records.push_back(ppo.step());
+    double beta = config.algo.kl_coef;
     for (const auto& r : records) {
       CAPTURE(r.step);
       CHECK(r.values.at("kl_coef") == doctest::Approx(beta).epsilon(1e-12));   // the beta this step's rewards carried
-      const double error = std::clamp(r.values.at("sampled_kl") / config.kl_target - 1.0, -0.2, 0.2);
-      beta *= 1.0 + error * double(config.prompts_per_step * config.group_size) / config.kl_horizon;
+      const double error = std::clamp(r.values.at("sampled_kl") / config.algo.kl_target - 1.0, -0.2, 0.2);
+      beta *= 1.0 + error * double(config.algo.prompts_per_step * config.algo.group_size) / config.algo.kl_horizon;
     }
-    CHECK(records.back().values.at("kl_coef") != config.kl_coef);
+    CHECK(records.back().values.at("kl_coef") != config.algo.kl_coef);
     CHECK(ppo.state().values.at("kl_coef") == doctest::Approx(beta).epsilon(1e-12));   // checkpointed with the run state
-    std::filesystem::remove_all(config.run_dir);
+    std::filesystem::remove_all(config.run.run_dir);
   }
   SUBCASE("offline dpo") {
     auto config = tiny("troupe_dpo_offline");
-    config.algorithm = "dpo";
-    config.steps = 4;
-    config.sft.steps = 30;
-    config.dpo_round_steps = config.steps;   // one round: every pair from the SFT policy
+    config.algo.name = "dpo";
+    config.algo.steps = 4;
+    config.algo.sft.steps = 30;
+    config.algo.dpo_round_steps = config.algo.steps;   // one round: every pair from the SFT policy
     Run dpo(rt, config);
     dpo.warm_start();
     const std::int64_t sft_version = dpo.state().policy_version;
     std::vector<StepRecord> records;
-    for (int s = 0; s < config.steps; ++s) records.push_back(dpo.step());
+    for (int s = 0; s < config.algo.steps; ++s) records.push_back(dpo.step());
     std::set<std::string> digests;
     for (const auto& r : records) {
       CHECK(r.sample_version == sft_version);
@@ -248,26 +248,26 @@ TEST_CASE("PPO's adaptive KL controller moves beta by the sampled KL, and offlin
     }
     CHECK(digests.size() == records.size());   // each step its own prompts and seed
     CHECK(records.back().policy_version > sft_version);
-    std::filesystem::remove_all(config.run_dir);
+    std::filesystem::remove_all(config.run.run_dir);
   }
 }
 
 TEST_CASE("a program's own objective (TROUPE_OBJECTIVE, objectives_test.cpp) trains in the trainer's worker process") {
   auto rt = troupe::Runtime::create().value();   // the embedded head and node start the workers: this binary
   auto config = tiny("troupe_user_objective");
-  config.steps = 2;
-  config.sft.steps = 5;
-  config.objective = "test_marked_grpo";
-  config.worker_processes = true;
+  config.algo.steps = 2;
+  config.algo.sft.steps = 5;
+  config.algo.objective = "test_marked_grpo";
+  config.placement.worker_processes = true;
   Run run(rt, config);
   run.warm_start();
-  for (int s = 0; s < config.steps; ++s) {
+  for (int s = 0; s < config.algo.steps; ++s) {
     const auto rec = run.step();
     REQUIRE(rec.values.count("test_marker") == 1);
     CHECK(rec.values.at("test_marker") == 7.0);
     CHECK(rec.values.at("test_pid") != double(::getpid()));   // computed in another process
   }
-  std::filesystem::remove_all(config.run_dir);
+  std::filesystem::remove_all(config.run.run_dir);
 }
 
 namespace {
@@ -329,15 +329,15 @@ TROUPE_REWARD_BACKEND("test_format_credit", [](Run& run, const std::string& arg)
 TEST_CASE("a program registers its own reward backend (TROUPE_REWARD_BACKEND): it rewards the samples, the verifier still judges them") {
   auto rt = troupe::Runtime::create().value();
   auto config = tiny("troupe_user_reward");
-  config.algorithm = "test_sample_only";
-  config.steps = 2;
+  config.algo.name = "test_sample_only";
+  config.algo.steps = 2;
   std::vector<StepRecord> rule, credit;
   {
     Run run(rt, config);
     rule = read_metrics(run.run().metrics_path);
   }
-  std::filesystem::remove_all(config.run_dir);
-  config.reward = "test_format_credit";
+  std::filesystem::remove_all(config.run.run_dir);
+  config.algo.reward = "test_format_credit";
   {
     Run run(rt, config);
     credit = read_metrics(run.run().metrics_path);
@@ -352,9 +352,9 @@ TEST_CASE("a program registers its own reward backend (TROUPE_REWARD_BACKEND): i
     CHECK(credit[i].reward_mean == doctest::Approx(rule[i].reward_mean + 0.5 * (rule[i].format_ok - rule[i].reward_mean)).epsilon(1e-5));
   }
   CHECK(credit[0].reward_mean > rule[0].reward_mean);   // the tiny SFT start is mostly wrong, often well-formed
-  std::filesystem::remove_all(config.run_dir);
+  std::filesystem::remove_all(config.run.run_dir);
   for (const std::string bad : {"no_such_reward", "rule:extra", "model:/no/such/file.safetensors", "test_format_credit:x"}) {
-    config.reward = bad;
+    config.algo.reward = bad;
     try {
       Run run(rt, config);
       FAIL("reward '" << bad << "' was accepted");
@@ -365,7 +365,7 @@ TEST_CASE("a program registers its own reward backend (TROUPE_REWARD_BACKEND): i
       if (bad.rfind("model:", 0) == 0) CHECK(what.find("/no/such/file.safetensors") != std::string::npos);
     }
   }
-  std::filesystem::remove_all(config.run_dir);
+  std::filesystem::remove_all(config.run.run_dir);
 }
 
 TEST_CASE("a program registers its own algorithm by name (TROUPE_ALGORITHM), and an unknown name is refused naming the known ones") {
@@ -373,9 +373,9 @@ TEST_CASE("a program registers its own algorithm by name (TROUPE_ALGORITHM), and
   CHECK(std::find(names.begin(), names.end(), "test_sample_only") != names.end());
   auto rt = troupe::Runtime::create().value();
   auto config = tiny("troupe_user_algorithm");
-  config.algorithm = "test_sample_only";
-  config.steps = 3;
-  config.sft.steps = 5;
+  config.algo.name = "test_sample_only";
+  config.algo.steps = 3;
+  config.algo.sft.steps = 5;
   {
     Run run(rt, config);
     const auto sum = run.run();
@@ -385,8 +385,8 @@ TEST_CASE("a program registers its own algorithm by name (TROUPE_ALGORITHM), and
     for (const auto& r : records) CHECK(r.policy_version == records.front().policy_version);   // never updated
     CHECK(records[0].samples_digest != records[1].samples_digest);
   }
-  std::filesystem::remove_all(config.run_dir);
-  config.algorithm = "no_such_algorithm";
+  std::filesystem::remove_all(config.run.run_dir);
+  config.algo.name = "no_such_algorithm";
   try {
     Run run(rt, config);
     FAIL("an unknown algorithm was accepted");
@@ -395,5 +395,5 @@ TEST_CASE("a program registers its own algorithm by name (TROUPE_ALGORITHM), and
     CHECK(what.find("no_such_algorithm") != std::string::npos);
     CHECK(what.find("ppo") != std::string::npos);
   }
-  std::filesystem::remove_all(config.run_dir);
+  std::filesystem::remove_all(config.run.run_dir);
 }

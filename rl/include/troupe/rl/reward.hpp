@@ -1,5 +1,5 @@
 // The reward role of a run: what a step's samples are rewarded with. A backend is picked by
-// RunConfig::reward (algo.reward), "<name>" or "<name>:<argument>":
+// RunConfig::algo.reward (key algo.reward), "<name>" or "<name>:<argument>":
 //   "rule"        the task's verifier: 1 for a correct answer, 0 otherwise (the default);
 //   "model:PATH"  a RewardModel actor (build/bin/reward_model's safetensors, the run's architecture
 //                 with a score head) scores every sample, batched: RLHF with a learned reward.

@@ -52,20 +52,27 @@ struct SftConfig {
   actors::OptimConfig optim;
 };
 
-// One run's configuration. Its keys (config.hpp, run_config_schema) come in five parts: task.*,
-// model.*, algo.* (SFT and the algorithm), run.* and placement.*.
-struct RunConfig {
-  std::string task = "addition:1-3";     // make_task spec
+// The verifiable task and its data.
+struct TaskConfig {
+  std::string spec = "addition:1-3";     // make_task spec
   std::size_t train_size = 20000;
   std::size_t heldout_size = 500;
-  actors::PolicyConfig policy;           // vocab_size is set from the task's tokenizer
+};
+
+// The policy's architecture and where its weights start.
+struct ModelConfig {
+  actors::PolicyConfig policy;           // vocab_size is set from the task's tokenizer, seed from run.seed
   // A policy's safetensors to start from (e.g. another run's sft.safetensors), the SFT warm start
   // continuing from it; "": the seed's initial weights.
   std::string init_weights;
-  SftConfig sft;
+};
+
+// The SFT warm start and the algorithm with its hyper-parameters.
+struct AlgoConfig {
   // The algorithm, by name: "grpo" (grpo.cpp), "ppo" (ppo.cpp), "dpo" (dpo.cpp), or one the program
   // registers with TROUPE_ALGORITHM.
-  std::string algorithm = "grpo";
+  std::string name = "grpo";
+  SftConfig sft;
   std::int32_t steps = 100;
   std::int32_t prompts_per_step = 32;
   std::int32_t group_size = 8;           // G
@@ -105,9 +112,21 @@ struct RunConfig {
   double dpo_beta = 0.1;
   bool dpo_ipo = false;
   std::int32_t dpo_round_steps = 1;
+};
+
+// The run's bookkeeping: seed, evaluation and checkpoint cadence, output, resume.
+struct RunOptions {
+  std::uint64_t seed = 1;
   std::int32_t eval_every = 10;          // 0: only at the start and the end
   std::int32_t checkpoint_every = 0;     // 0: only at the end
-  std::uint64_t seed = 1;
+  std::string run_dir = "runs/grpo";     // made absolute: workers may run elsewhere
+  bool resume = false;                   // continue from the newest checkpoint in run_dir
+  std::int32_t stop_after = -1;          // >= 0: checkpoint and stop after this many steps (tests)
+  bool verbose = true;                   // progress on stderr
+};
+
+// Where the actors run and with how many threads.
+struct PlacementConfig {
   // libtorch intra-op threads per actor. The phases of a step run one after another, so each actor
   // could use every core; but for the demo's model the ops are tiny and OpenMP's barriers cost more
   // than they save (measured on 2 cores: 37 ms per SFT step with 1 thread, 470 ms with 2 under
@@ -125,16 +144,22 @@ struct RunConfig {
   // true: trainer and rollout engine share one worker process (one bundle of a PACK placement
   // group, colocated, so the weight hand-over stays a pointer swap); reference, reward and the
   // algorithm's own roles get a worker process each. With --address, workers run on the cluster's
-  // nodes (run_dir must then be a path every node sees).
+  // nodes (run.run_dir must then be a path every node sees).
   bool worker_processes = false;
   // Rollout engines, MIN:MAX (RolloutRange): engine 0 beside the trainer, the others an elastic
   // group (each in a worker process of its own, placed by the head; they join and leave while the
   // run goes on). The number of engines changes the speed, never the samples (rollouts.hpp).
   std::string rollouts = "1:1";
-  std::string run_dir = "runs/grpo";     // made absolute: workers may run elsewhere
-  bool resume = false;                   // continue from the newest checkpoint in run_dir
-  std::int32_t stop_after = -1;          // >= 0: checkpoint and stop after this many steps (tests)
-  bool verbose = true;                   // progress on stderr
+};
+
+// One run's configuration, in the five parts its keys (config.hpp, run_config_schema) are named
+// by: task.*, model.*, algo.* (SFT and the algorithm), run.* and placement.*.
+struct RunConfig {
+  TaskConfig task;
+  ModelConfig model;
+  AlgoConfig algo;
+  RunOptions run;
+  PlacementConfig placement;
 
   // The configuration of `make demo`: GRPO on addition of 1-2 digit numbers, a few minutes on 2 cores.
   static RunConfig demo();
@@ -255,11 +280,11 @@ class Run {
   actors::RolloutBatch generate(const std::vector<Problem>& problems);
   // As step `step` draws them (an algorithm that samples ahead: DPO's rounds).
   actors::RolloutBatch generate(const std::vector<Problem>& problems, std::int64_t step);
-  // Row r answers problems[r / group_size]. The reward backend's (config.reward) rewards replace
+  // Row r answers problems[r / group_size]. The reward backend's (config.algo.reward) rewards replace
   // the verifier's; format_ok and correct stay the verifier's.
   std::vector<actors::RewardResult> score(const std::vector<Problem>& problems, const actors::RolloutBatch& samples);
   TensorView reference_logprobs(const actors::RolloutBatch& samples);   // [N, T] f32
-  // The configured estimator's one advantage per sample (config.advantage).
+  // The configured estimator's one advantage per sample (config.algo.advantage).
   std::vector<float> advantages(const std::vector<actors::RewardResult>& rewards);
   actors::TrainMetrics train(const actors::TrainBatch& batch);          // one optimizer step of the policy
   // Publishes the trainer's weights to the store; every engine pulls them.
