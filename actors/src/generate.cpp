@@ -54,7 +54,7 @@ Layout lay_out(const std::vector<std::vector<std::int32_t>>& prompts, std::int32
 }
 
 // Logits [N, V] for the last column of tokens[:, :width], recomputing or extending the cache.
-at::Tensor next_logits(const Policy& policy, const Layout& l, std::int64_t width, KvCache* cache, bool prefill) {
+at::Tensor next_logits(const Model& policy, const Layout& l, std::int64_t width, DecodeCache* cache, bool prefill) {
   auto mask = l.attn_mask.narrow(1, 0, width);
   if (cache == nullptr || prefill) {
     auto toks = l.tokens.narrow(1, 0, width);
@@ -114,7 +114,7 @@ at::Tensor sample_tokens(const at::Tensor& logits, const SamplingParams& params,
   return token;
 }
 
-Generation generate(const Policy& policy, const std::vector<std::vector<std::int32_t>>& prompts,
+Generation generate(const Model& policy, const std::vector<std::vector<std::int32_t>>& prompts,
                     std::int32_t samples_per_prompt, const SamplingParams& params, bool use_cache, BatchPart part) {
   at::NoGradGuard no_grad;   // not InferenceMode: the outputs feed autograd in the trainer
   if (samples_per_prompt < 1 || params.max_new_tokens < 1) throw std::invalid_argument("generate: nothing to sample");
@@ -132,14 +132,14 @@ Generation generate(const Policy& policy, const std::vector<std::vector<std::int
                                             r % samples_per_prompt);
   }
   auto uniforms = at::empty({l.rows}, at::kDouble);
-  std::optional<KvCache> cache;
-  if (use_cache) cache.emplace(policy.config(), l.rows, p + params.max_new_tokens);
+  // A model that makes no cache decodes without one: next_logits then passes the whole prefix.
+  const std::unique_ptr<DecodeCache> cache = use_cache ? policy.make_cache(l.rows, p + params.max_new_tokens) : nullptr;
   auto logprobs = at::zeros(l.tokens.sizes(), at::kFloat);
   auto response_mask = at::zeros(l.tokens.sizes(), at::kBool);
   auto done = at::zeros({l.rows}, at::kBool);
   std::int64_t width = p;
   for (std::int64_t s = 0; s < params.max_new_tokens; ++s) {
-    auto logits = next_logits(policy, l, width, cache ? &*cache : nullptr, s == 0);
+    auto logits = next_logits(policy, l, width, cache.get(), s == 0);
     at::Tensor lp;
     if (params.temperature > 0.0f) {
       auto u = uniforms.accessor<double, 1>();

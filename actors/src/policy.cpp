@@ -26,11 +26,6 @@ void check_config(const PolicyConfig& c) {
   if (c.vocab_size < 2 || c.context < 2 || c.layers < 1 || c.d_model < 1 || c.heads < 1 || c.d_ff < 0)
     throw std::invalid_argument("PolicyConfig: sizes must be positive");
   if (c.d_model % c.heads != 0) throw std::invalid_argument("PolicyConfig: heads must divide d_model");
-  for (std::size_t i = 0; i < c.scalar_heads.size(); ++i) {
-    const std::string& h = c.scalar_heads[i];
-    if (h.empty() || h == "lm" || std::count(c.scalar_heads.begin(), c.scalar_heads.end(), h) > 1)
-      throw std::invalid_argument("PolicyConfig: scalar head names must be distinct, non-empty and not 'lm'");
-  }
 }
 
 }  // namespace
@@ -43,7 +38,7 @@ KvCache::KvCache(const PolicyConfig& c, std::int64_t batch, std::int64_t max_len
   }
 }
 
-Policy::Policy(const PolicyConfig& config) : config_(config) {
+Policy::Policy(const PolicyConfig& config) : Model(config) {
   check_config(config_);
   if (config_.d_ff == 0) config_.d_ff = 4 * config_.d_model;
   const std::int64_t d = config_.d_model, ff = config_.d_ff, v = config_.vocab_size;
@@ -62,23 +57,14 @@ Policy::Policy(const PolicyConfig& config) : config_(config) {
   params_.emplace_back("lnf.weight", at::ones({d}));
   params_.emplace_back("lnf.bias", at::zeros({d}));
   params_.emplace_back("head.weight", normal({v, d}, 0.02));
-  for (const auto& h : config_.scalar_heads) {   // std 1/sqrt(d + 1), as OpenRLHF's value heads
-    params_.emplace_back(h + "_head.weight", normal({1, d}, 1.0 / std::sqrt(double(d) + 1.0)));
-    params_.emplace_back(h + "_head.bias", at::zeros({1}));
-  }
+  add_scalar_heads(d, gen);
+}
+
+std::unique_ptr<DecodeCache> Policy::make_cache(std::int64_t batch, std::int64_t max_len) const {
+  return std::make_unique<KvCache>(config_, batch, max_len);
 }
 
 std::size_t Policy::lm_head() const { return kFirstBlock + std::size_t(config_.layers) * kFields + 2; }
-
-std::int64_t Policy::parameter_count() const {
-  std::int64_t n = 0;
-  for (auto& [name, t] : params_) n += t.numel();
-  return n;
-}
-
-void Policy::set_requires_grad(bool on) {
-  for (auto& [name, t] : params_) t.requires_grad_(on);
-}
 
 at::Tensor Policy::block(const at::Tensor& x, std::size_t layer, const at::Tensor& mask, KvCache* cache,
                          std::int64_t offset) const {
@@ -121,8 +107,10 @@ at::Tensor Policy::hidden(const at::Tensor& tokens, const at::Tensor& positions,
 }
 
 at::Tensor Policy::forward(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& key_mask,
-                           KvCache* cache, std::int64_t offset) const {
-  return at::linear(hidden(tokens, positions, key_mask, cache, offset), param(lm_head()));
+                           DecodeCache* cache, std::int64_t offset) const {
+  auto* kv = dynamic_cast<KvCache*>(cache);
+  if (cache != nullptr && kv == nullptr) throw std::invalid_argument("Policy::forward: a cache another model made");
+  return at::linear(hidden(tokens, positions, key_mask, kv, offset), param(lm_head()));
 }
 
 Policy::Outputs Policy::forward_outputs(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& key_mask,
@@ -130,69 +118,7 @@ Policy::Outputs Policy::forward_outputs(const at::Tensor& tokens, const at::Tens
   Outputs out;
   auto h = hidden(tokens, positions, key_mask, nullptr, 0);
   if (logits) out.logits = at::linear(h, param(lm_head()));
-  for (std::size_t i = 0; i < config_.scalar_heads.size(); ++i) {
-    const std::size_t w = lm_head() + 1 + 2 * i;
-    out.heads[config_.scalar_heads[i]] = at::linear(h, param(w), param(w + 1)).squeeze(-1);
-  }
-  return out;
-}
-
-namespace {
-
-// The tensor named `name` in `tensors`, checked against `like` (f32, same shape).
-at::Tensor checked_tensor(const NamedTensors& tensors, const std::string& name, const at::Tensor& like) {
-  const TensorView* found = nullptr;
-  for (auto& [n, t] : tensors) if (n == name) found = &t;
-  if (found == nullptr) throw std::invalid_argument("policy weights: missing parameter '" + name + "'");
-  if (found->dtype != DType::F32) throw std::invalid_argument("policy weights: '" + name + "' is not f32");
-  if (found->shape != std::vector<std::int64_t>(like.sizes().begin(), like.sizes().end()))
-    throw std::invalid_argument("policy weights: '" + name + "' has the wrong shape");
-  return from_view(*found);
-}
-
-void check_count(const NamedTensors& tensors, std::size_t expected) {
-  if (tensors.size() != expected)
-    throw std::invalid_argument("policy weights: " + std::to_string(tensors.size()) + " tensors for " +
-                                std::to_string(expected) + " parameters");
-}
-
-}  // namespace
-
-void Policy::load(const NamedTensors& tensors) {
-  check_count(tensors, params_.size());
-  at::NoGradGuard no_grad;
-  for (auto& [name, p] : params_) p.copy_(checked_tensor(tensors, name, p));
-}
-
-void Policy::adopt(const NamedTensors& tensors) {
-  check_count(tensors, params_.size());
-  NamedParameters next;
-  for (auto& [name, p] : params_) next.emplace_back(name, checked_tensor(tensors, name, p));
-  params_ = std::move(next);
-}
-
-std::vector<std::string> Policy::load_trunk(const NamedTensors& tensors) {
-  at::NoGradGuard no_grad;
-  std::vector<std::string> kept;
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    auto& [name, p] = params_[i];
-    const bool head = i > lm_head();
-    const bool present = std::any_of(tensors.begin(), tensors.end(), [&](const auto& t) { return t.first == name; });
-    if (head && !present) {
-      const auto end = name.rfind("_head.");
-      const std::string h = name.substr(0, end);
-      if (kept.empty() || kept.back() != h) kept.push_back(h);
-      continue;
-    }
-    p.copy_(checked_tensor(tensors, name, p));
-  }
-  return kept;
-}
-
-NamedTensors Policy::views() const {
-  NamedTensors out;
-  out.reserve(params_.size());
-  for (auto& [name, t] : params_) out.emplace_back(name, to_view(t));
+  out.heads = scalar_heads_of(h);
   return out;
 }
 
@@ -217,9 +143,9 @@ void kernel_logprobs(const at::Tensor& logits, const at::Tensor& targets, float 
 
 }  // namespace
 
-at::Tensor token_logprobs(const Policy& policy, const at::Tensor& tokens, const at::Tensor& attn_mask,
+at::Tensor token_logprobs(const Model& model, const at::Tensor& tokens, const at::Tensor& attn_mask,
                           float temperature, at::Tensor* entropy) {
-  return token_logprobs_of(policy.forward(tokens, positions_from_mask(attn_mask), attn_mask), tokens, temperature, entropy);
+  return token_logprobs_of(model.forward(tokens, positions_from_mask(attn_mask), attn_mask), tokens, temperature, entropy);
 }
 
 at::Tensor token_values_of(const at::Tensor& head) {

@@ -10,8 +10,8 @@ namespace troupe::actors {
 
 struct Reference::Impl {
   ReferenceConfig config;
-  Policy policy;
-  explicit Impl(ReferenceConfig c) : config(std::move(c)), policy(config.policy) {}
+  std::unique_ptr<Model> policy;
+  explicit Impl(ReferenceConfig c) : config(std::move(c)), policy(make_model(config.policy)) {}
 };
 
 Reference::Reference(ReferenceConfig config) {
@@ -24,13 +24,13 @@ Reference::Reference(Reference&&) noexcept = default;
 
 TensorView Reference::logprobs(LogprobRequest request) {
   at::NoGradGuard no_grad;
-  auto lp = token_logprobs(impl_->policy, from_view(request.tokens), from_view(request.attn_mask), request.temperature);
+  auto lp = token_logprobs(*impl_->policy, from_view(request.tokens), from_view(request.attn_mask), request.temperature);
   return to_view(lp);
 }
 
 void Reference::load_weights(std::string path) {
   auto file = read_safetensors(path);
-  impl_->policy.adopt(file.tensors);
+  impl_->policy->adopt(file.tensors);
 }
 
 }  // namespace troupe::actors

@@ -15,11 +15,11 @@ namespace troupe::actors {
 
 struct RolloutEngine::Impl {
   RolloutConfig config;
-  Policy policy;
+  std::unique_ptr<Model> policy;
   std::int64_t version = 0;
   std::unique_ptr<WeightSubscriber> weights;   // pull_weights(): the store it follows
   std::uint64_t weights_store = 0;
-  explicit Impl(RolloutConfig c) : config(std::move(c)), policy(config.policy) {}
+  explicit Impl(RolloutConfig c) : config(std::move(c)), policy(make_model(config.policy)) {}
 };
 
 RolloutEngine::RolloutEngine(RolloutConfig config) {
@@ -31,7 +31,7 @@ RolloutEngine::RolloutEngine(RolloutEngine&&) noexcept = default;
 
 RolloutBatch RolloutEngine::generate(GenerateRequest request) {
   const auto start = std::chrono::steady_clock::now();
-  Generation g = actors::generate(impl_->policy, request.prompts, request.samples_per_prompt, request.sampling,
+  Generation g = actors::generate(*impl_->policy, request.prompts, request.samples_per_prompt, request.sampling,
                                   impl_->config.use_cache, BatchPart{std::move(request.prompt_index), request.prompt_width});
   RolloutBatch b;
   b.tokens = to_view(g.tokens);
@@ -52,7 +52,7 @@ std::int64_t RolloutEngine::update_weights(Weights weights) {
   named.reserve(weights.names.size());
   for (std::size_t i = 0; i < weights.names.size() && i < weights.tensors.size(); ++i)
     named.emplace_back(weights.names[i], weights.tensors[i]);
-  impl_->policy.adopt(named);
+  impl_->policy->adopt(named);
   impl_->version = weights.version;
   return impl_->version;
 }
@@ -66,7 +66,7 @@ std::int64_t RolloutEngine::pull_weights(ActorRef<WeightStore> store) {
   NamedTensors named;
   named.reserve(set->tensors().size());
   for (const auto& t : set->tensors()) named.emplace_back(t.name, t.tensor);   // views: their keep_alive holds the version
-  impl_->policy.adopt(named);
+  impl_->policy->adopt(named);
   impl_->version = std::int64_t(set->version()) - kStoreVersionOffset;
   return impl_->version;
 }

@@ -17,14 +17,14 @@ namespace troupe::actors {
 
 struct Trainer::Impl {
   TrainerConfig config;
-  Policy policy;
+  std::unique_ptr<Model> policy;   // the model it trains: a policy, a critic, a reward model
   AdamW optimizer;
   std::int64_t version = 0;
-  explicit Impl(TrainerConfig c) : config(std::move(c)), policy(init(config.policy)), optimizer(policy.parameters(), config.optim) {}
-  static Policy init(const PolicyConfig& pc) {
-    Policy p(pc);
-    p.set_requires_grad(true);
-    return p;
+  explicit Impl(TrainerConfig c) : config(std::move(c)), policy(init(config.policy)), optimizer(policy->parameters(), config.optim) {}
+  static std::unique_ptr<Model> init(const PolicyConfig& pc) {
+    auto m = make_model(pc);
+    m->set_requires_grad(true);
+    return m;
   }
 };
 
@@ -78,10 +78,10 @@ TrainMetrics Trainer::train_step(TrainBatch batch) {
     ObjectiveInput in = slice_input(batch, inputs, begin, rows);
     at::Tensor entropy;
     const auto part = tokens.narrow(0, begin, rows), part_attn = attn.narrow(0, begin, rows);
-    if (impl_->policy.config().scalar_heads.empty()) {
-      in.logp = token_logprobs(impl_->policy, part, part_attn, batch.temperature, &entropy);
+    if (impl_->policy->config().scalar_heads.empty()) {
+      in.logp = token_logprobs(*impl_->policy, part, part_attn, batch.temperature, &entropy);
     } else {   // one pass for the logits and the heads
-      auto outputs = impl_->policy.forward_outputs(part, positions_from_mask(part_attn), part_attn);
+      auto outputs = impl_->policy->forward_outputs(part, positions_from_mask(part_attn), part_attn);
       in.logp = token_logprobs_of(outputs.logits, part, batch.temperature, &entropy);
       in.heads = std::move(outputs.heads);
     }
@@ -107,7 +107,7 @@ TrainMetrics Trainer::train_step(TrainBatch batch) {
 Weights Trainer::weights() {
   Weights w;
   w.version = impl_->version;
-  for (auto& [name, p] : impl_->policy.parameters()) {
+  for (auto& [name, p] : impl_->policy->parameters()) {
     w.names.push_back(name);
     w.tensors.push_back(to_owned_view(p));
   }
@@ -116,7 +116,7 @@ Weights Trainer::weights() {
 
 void Trainer::set_optimizer(OptimConfig config) {
   impl_->config.optim = config;
-  impl_->optimizer = AdamW(impl_->policy.parameters(), config);
+  impl_->optimizer = AdamW(impl_->policy->parameters(), config);
 }
 
 std::int64_t Trainer::publish_to(ActorRef<WeightStore> store) {
@@ -128,7 +128,7 @@ std::int64_t Trainer::publish_to(ActorRef<WeightStore> store) {
                                 ", newer than this trainer's " + std::to_string(v) + "; use a fresh store");
   }
   std::vector<NamedTensor> named;
-  for (auto& [name, p] : impl_->policy.parameters()) named.push_back({name, to_view(p)});
+  for (auto& [name, p] : impl_->policy->parameters()) named.push_back({name, to_view(p)});
   store.call(&WeightStore::publish, v, std::move(named)).get();   // copied before this returns
   return impl_->version;
 }
@@ -137,26 +137,26 @@ std::int64_t Trainer::policy_version() { return impl_->version; }
 
 void Trainer::save_checkpoint(std::string dir) {
   std::filesystem::create_directories(dir);
-  write_safetensors(dir + "/policy.safetensors", impl_->policy.views(), {{"version", std::to_string(impl_->version)}});
+  write_safetensors(dir + "/policy.safetensors", impl_->policy->views(), {{"version", std::to_string(impl_->version)}});
   write_safetensors(dir + "/optimizer.safetensors", impl_->optimizer.state_views(), impl_->optimizer.state_metadata());
 }
 
 std::int64_t Trainer::load_checkpoint(std::string dir) {
   auto policy = read_safetensors(dir + "/policy.safetensors");
   auto optim = read_safetensors(dir + "/optimizer.safetensors");
-  impl_->policy.load(policy.tensors);
+  impl_->policy->load(policy.tensors);
   impl_->optimizer.load_state(optim);
   auto it = policy.metadata.find("version");
   impl_->version = it == policy.metadata.end() ? 0 : std::stoll(it->second);
   return impl_->version;
 }
 
-void Trainer::save_weights(std::string path) { write_safetensors(path, impl_->policy.views()); }
+void Trainer::save_weights(std::string path) { write_safetensors(path, impl_->policy->views()); }
 
 TensorView Trainer::head_values(SequenceBatch batch, std::string head) {
   at::NoGradGuard no_grad;
   const auto tokens = from_view(batch.tokens), attn = from_view(batch.attn_mask);
-  auto out = impl_->policy.forward_outputs(tokens, positions_from_mask(attn), attn, /*logits=*/false);
+  auto out = impl_->policy->forward_outputs(tokens, positions_from_mask(attn), attn, /*logits=*/false);
   auto it = out.heads.find(head);
   if (it == out.heads.end()) throw std::invalid_argument("head_values: the model has no '" + head + "' head");
   return to_view(token_values_of(it->second).contiguous());
@@ -174,8 +174,8 @@ std::vector<std::string> Trainer::load_trunk_as(std::string path, std::string fi
     }
     if (!found) throw std::invalid_argument("load_trunk_as: " + path + " has no '" + file_head + "' head");
   }
-  auto kept = impl_->policy.load_trunk(file.tensors);
-  impl_->optimizer = AdamW(impl_->policy.parameters(), impl_->config.optim);   // fresh moments for the new weights
+  auto kept = impl_->policy->load_trunk(file.tensors);
+  impl_->optimizer = AdamW(impl_->policy->parameters(), impl_->config.optim);   // fresh moments for the new weights
   return kept;
 }
 

@@ -215,6 +215,7 @@ ConfigSchema run_config_schema(RunConfig& c) {
   s.add("task.spec", &c.task.spec, "the verifiable task, e.g. addition:1-3 (operands of 1 to 3 digits)");
   s.add("task.train_size", &c.task.train_size, "train problems");
   s.add("task.heldout_size", &c.task.heldout_size, "held-out problems (accuracy is measured on them)");
+  s.add("model.architecture", &c.model.policy.architecture, "the model, by name: transformer (the sizes below), or one the program registers with TROUPE_MODEL");
   s.add("model.context", &c.model.policy.context, "longest sequence, prompt and answer");
   s.add("model.layers", &c.model.policy.layers, "transformer layers");
   s.add("model.d_model", &c.model.policy.d_model, "transformer width");

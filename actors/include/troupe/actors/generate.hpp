@@ -1,4 +1,4 @@
-// Batched autoregressive sampling from a Policy, with or without a KV cache (the two give the same
+// Batched autoregressive sampling from a Model, with or without its decode cache (the two give the same
 // tokens: the cache only saves recomputation). Include only from torch-using sources.
 #pragma once
 
@@ -37,7 +37,7 @@ struct BatchPart {
 // std::invalid_argument when a prompt is empty or longer than part.prompt_width, an id is outside
 // the vocabulary, part.prompt_index has another length than prompts or a negative index, or
 // prompt + max_new_tokens exceeds the context.
-Generation generate(const Policy& policy, const std::vector<std::vector<std::int32_t>>& prompts,
+Generation generate(const Model& policy, const std::vector<std::vector<std::int32_t>>& prompts,
                     std::int32_t samples_per_prompt, const SamplingParams& params, bool use_cache = true,
                     BatchPart part = {});
 

@@ -12,15 +12,14 @@
 #include <utility>
 #include <vector>
 
+#include "troupe/actors/model.hpp"
 #include "troupe/actors/safetensors.hpp"
 #include "troupe/actors/types.hpp"
 
 namespace troupe::actors {
 
-using NamedParameters = std::vector<std::pair<std::string, at::Tensor>>;
-
 // Keys and values of every layer for `batch` rows and up to `max_len` positions.
-class KvCache {
+class KvCache final : public DecodeCache {
  public:
   KvCache(const PolicyConfig& config, std::int64_t batch, std::int64_t max_len);
   at::Tensor& keys(std::size_t layer) { return keys_[layer]; }       // [B, H, max_len, Dh]
@@ -32,55 +31,28 @@ class KvCache {
   std::int64_t max_len_;
 };
 
-class Policy {
+// The library's architecture, "transformer".
+class Policy final : public Model {
  public:
   // Random initial weights from config.seed (N(0, 0.02); residual projections / sqrt(2 layers)).
   // Throws std::invalid_argument for an inconsistent config.
   explicit Policy(const PolicyConfig& config);
 
-  // tokens, positions [B, Tq] i64; key_mask [B, offset + Tq] bool marks keys that may be attended.
   // Query i attends key j when key_mask[b, j] and j <= offset + i (and always itself, so a padding
-  // query stays finite). With a cache, this call's keys/values are written at [offset, offset + Tq)
-  // and the cached ones before `offset` are read; without one, offset must be 0.
-  // Returns logits [B, Tq, vocab] f32.
+  // query stays finite). With a cache (a KvCache), this call's keys/values are written at
+  // [offset, offset + Tq) and the cached ones before `offset` are read.
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& key_mask,
-                     KvCache* cache = nullptr, std::int64_t offset = 0) const;
-  // The same pass, no cache: the logits (unless `logits` is false) and every scalar head, [B, T] f32.
-  struct Outputs {
-    at::Tensor logits;
-    std::map<std::string, at::Tensor> heads;
-  };
+                     DecodeCache* cache = nullptr, std::int64_t offset = 0) const override;
   Outputs forward_outputs(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& key_mask,
-                          bool logits = true) const;
-
-  const PolicyConfig& config() const { return config_; }
-  const NamedParameters& parameters() const { return params_; }
-  std::int64_t parameter_count() const;
-  void set_requires_grad(bool on);
-
-  // Copies `tensors` into the parameters. Every parameter must be present with its exact shape
-  // and dtype f32; extra names are an error too. Throws std::invalid_argument naming the problem.
-  void load(const NamedTensors& tensors);
-  // Like load, but the parameters become the given tensors' memory (no copy); the caller must not
-  // write that memory while this policy uses it. For frozen or inference-only policies.
-  void adopt(const NamedTensors& tensors);
-  // Copies the parameters `tensors` has by name (a reward model or critic started from an SFT
-  // policy's trunk): every parameter but the scalar heads must be there, with its shape; names this
-  // model lacks are skipped. Returns the scalar heads left as they were.
-  std::vector<std::string> load_trunk(const NamedTensors& tensors);
-  // Views of the parameters (sharing their memory).
-  NamedTensors views() const;
+                          bool logits = true) const override;
+  std::unique_ptr<DecodeCache> make_cache(std::int64_t batch, std::int64_t max_len) const override;
 
  private:
-  const at::Tensor& param(std::size_t i) const { return params_[i].second; }
   at::Tensor block(const at::Tensor& x, std::size_t layer, const at::Tensor& mask, KvCache* cache,
                    std::int64_t offset) const;
   at::Tensor hidden(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& key_mask, KvCache* cache,
                     std::int64_t offset) const;   // after the final LayerNorm, [B, Tq, d]
   std::size_t lm_head() const;                    // index of head.weight; the scalar heads follow
-
-  PolicyConfig config_;
-  NamedParameters params_;
 };
 
 // Positions of real tokens in a left-padded batch: cumsum(attn_mask) - 1, clamped at 0. [N, T] i64.
@@ -90,7 +62,7 @@ at::Tensor positions_from_mask(const at::Tensor& attn_mask);
 // for t >= 1, out[n, 0] = 0. tokens [N, T] i64, attn_mask [N, T] bool -> [N, T] f32, differentiable
 // when the policy's parameters require grad. If `entropy` is given it receives the entropy of the
 // same distributions ([N, T], no grad).
-at::Tensor token_logprobs(const Policy& policy, const at::Tensor& tokens, const at::Tensor& attn_mask,
+at::Tensor token_logprobs(const Model& model, const at::Tensor& tokens, const at::Tensor& attn_mask,
                           float temperature, at::Tensor* entropy = nullptr);
 // The same from the logits [N, T, V] of tokens (Policy::forward_outputs).
 at::Tensor token_logprobs_of(const at::Tensor& logits, const at::Tensor& tokens, float temperature,

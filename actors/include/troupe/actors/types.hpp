@@ -28,7 +28,10 @@ struct PolicyConfig {
   // Named scalar heads on the final hidden state, e.g. "score" (a reward model) or "value" (a
   // critic): one number per position, parameters "<name>_head.weight" [1, d_model] and ".bias" [1].
   std::vector<std::string> scalar_heads;
-  MSGPACK_DEFINE(vocab_size, context, layers, d_model, heads, d_ff, seed, scalar_heads);
+  // The model's architecture, by name (model.hpp): "transformer" (the fields above), or one the
+  // program registers with TROUPE_MODEL, which reads the fields it needs.
+  std::string architecture = "transformer";
+  MSGPACK_DEFINE(vocab_size, context, layers, d_model, heads, d_ff, seed, scalar_heads, architecture);
 };
 
 struct SamplingParams {
