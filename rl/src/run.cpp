@@ -148,8 +148,17 @@ Run::Run(Runtime& rt, RunConfig config) : rt_(rt), config_(std::move(config)) {
     std::ofstream(config_.run.run_dir + "/config.toml") << run_config_schema(resolved).to_toml();
   }
   if (config_.placement.blas_threads > 0) blas_before_ = actors::blas_threads();   // the actors set theirs (their configs)
-  spawn_actors();
-  algorithm_->spawn(*this);
+  try {
+    spawn_actors();
+    algorithm_->spawn(*this);
+  } catch (...) {   // no destructor runs for a constructor that throws: kill what was spawned
+    try {
+      release();
+    } catch (const std::exception& e) {
+      if (config_.run.verbose) std::cerr << "run: while stopping a run that failed to start: " << e.what() << "\n";
+    }
+    throw;
+  }
 }
 
 Options Run::role_options(const std::string& name) const {
@@ -183,9 +192,11 @@ void Run::spawn_actors() {
   pool_ = std::make_unique<RolloutPool>(rt_, rollout_, weights_, rollouts_, member, engine);
 }
 
-Run::~Run() {
+Run::~Run() { release(); }
+
+void Run::release() {
   algorithm_->stop(*this);
-  reward_backend_->stop(*this);
+  if (reward_backend_) reward_backend_->stop(*this);
   pool_.reset();
   rt_.kill(trainer_);
   rt_.kill(rollout_);
@@ -193,6 +204,7 @@ Run::~Run() {
   rt_.kill(reward_);
   rt_.kill(weights_);
   if (group_) group_->remove();
+  group_.reset();
   if (blas_before_ > 0) actors::set_blas_threads(blas_before_);
 }
 

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <set>
 #include <algorithm>
 #include <atomic>
@@ -297,12 +298,15 @@ namespace {
 // A program's own reward backend: half a point for a well-formed wrong answer, from a verifier
 // actor of its own (spawned where the run places its roles, killed in stop).
 std::atomic<int> format_credit_stops{0};
+std::optional<troupe::ActorRef<troupe::actors::Reward>> last_format_credit;   // the newest backend's actor
 class FormatCredit final : public RewardBackend {
  public:
   explicit FormatCredit(Run& run)
       : tokenizer_(run.tokenizer()),
         actor_(run.runtime().spawn<troupe::actors::Reward>(run.role_options("format_credit"),
-                                                          troupe::actors::RewardConfig{run.task().verifier(), 0.5f})) {}
+                                                          troupe::actors::RewardConfig{run.task().verifier(), 0.5f})) {
+    last_format_credit = actor_;
+  }
   std::vector<float> rewards(const RewardInput& in) override {
     const auto scored = actor_.call(&troupe::actors::Reward::score,
                                     score_items(in.problems, in.group_size, in.samples, tokenizer_)).get();
@@ -365,6 +369,33 @@ TEST_CASE("a program registers its own reward backend (TROUPE_REWARD_BACKEND): i
       if (bad.rfind("model:", 0) == 0) CHECK(what.find("/no/such/file.safetensors") != std::string::npos);
     }
   }
+  std::filesystem::remove_all(config.run.run_dir);
+}
+
+namespace {
+
+// An algorithm whose own roles fail to spawn: the Run's constructor throws after its actors exist.
+class SpawnFails final : public Algorithm {
+ public:
+  explicit SpawnFails(const RunConfig&) {}
+  void spawn(Run&) override { throw std::runtime_error("test: no room for this algorithm's roles"); }
+  StepRecord step(Run&) override { throw std::logic_error("never reached"); }
+};
+TROUPE_ALGORITHM("test_spawn_fails", SpawnFails);
+
+}  // namespace
+
+TEST_CASE("a run that fails to start kills what it had spawned: the reward backend is stopped, its actor dead") {
+  auto rt = troupe::Runtime::create().value();
+  auto config = tiny("troupe_spawn_fails");
+  config.algo.name = "test_spawn_fails";
+  config.algo.reward = "test_format_credit";
+  const int stops = format_credit_stops;
+  last_format_credit.reset();
+  CHECK_THROWS_WITH_AS(Run(rt, config), doctest::Contains("no room"), std::runtime_error);
+  CHECK(format_credit_stops == stops + 1);
+  REQUIRE(last_format_credit.has_value());
+  CHECK_THROWS(last_format_credit->call(&troupe::actors::Reward::score, std::vector<troupe::actors::ScoreItem>{}).get());
   std::filesystem::remove_all(config.run.run_dir);
 }
 

@@ -46,7 +46,8 @@ class RewardBackend {
   virtual ~RewardBackend() = default;
   // One reward per sample row. Run::score refuses a count other than the rows'.
   virtual std::vector<float> rewards(const RewardInput& in) = 0;
-  // Kills the backend's actors: the run calls it before it kills its own.
+  // Kills the backend's actors: the run calls it before it kills its own (also when the run fails
+  // to start after making its backend).
   virtual void stop(Run& run);
 };
 

@@ -226,7 +226,8 @@ class Algorithm {
   // `values` carry an algorithm's scalars), and of a resume from one.
   virtual void save(Run& run, const std::string& dir);
   virtual void load(Run& run, const std::string& dir);
-  // Kills its actors: the run calls it before it kills its own.
+  // Kills its actors: the run calls it before it kills its own, also when the run fails to start
+  // (then some of its roles, or all, may not have been spawned).
   virtual void stop(Run& run);
 };
 
@@ -297,6 +298,7 @@ class Run {
  private:
   void start_reference();
   void spawn_actors();
+  void release();                        // kills every actor spawned so far, the algorithm's and the backend's first
   RunSummary begin_run();                // resume, or warm start and evaluate the SFT policy
   void evaluate_into(StepRecord& rec, RunSummary& sum);
   void end_run(RunSummary& sum, std::int32_t steps_here);   // final checkpoint and plot
