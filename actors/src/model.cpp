@@ -118,14 +118,6 @@ void register_model(const std::string& name, ModelFactory factory) { registry().
 
 std::vector<std::string> model_names() { return registry().names(); }
 
-std::unique_ptr<Model> make_model(const PolicyConfig& config) {
-  const ModelFactory* factory = registry().find(config.architecture);
-  if (factory == nullptr) {
-    std::string known;
-    for (const auto& n : model_names()) known += (known.empty() ? "" : ", ") + n;
-    throw std::invalid_argument("unknown model architecture '" + config.architecture + "' (known: " + known + ")");
-  }
-  return (*factory)(config);
-}
+std::unique_ptr<Model> make_model(const PolicyConfig& config) { return registry().at(config.architecture)(config); }
 
 }  // namespace troupe::actors

@@ -71,13 +71,7 @@ std::vector<std::string> reward_backend_names() { return registry().names(); }
 std::unique_ptr<RewardBackend> make_reward_backend(Run& run, const std::string& spec) {
   const auto colon = spec.find(':');
   const std::string name = spec.substr(0, colon), argument = colon == std::string::npos ? "" : spec.substr(colon + 1);
-  const RewardBackendFactory* factory = registry().find(name);
-  if (factory == nullptr) {
-    std::string known;
-    for (const auto& n : reward_backend_names()) known += (known.empty() ? "" : ", ") + n;
-    throw std::invalid_argument("unknown reward '" + spec + "' (known: " + known + "; e.g. rule, model:PATH)");
-  }
-  return (*factory)(run, argument);
+  return registry().at(name)(run, argument);
 }
 
 }  // namespace troupe::rl

@@ -67,15 +67,7 @@ void register_algorithm(const std::string& name, AlgorithmFactory factory) { reg
 
 std::vector<std::string> algorithm_names() { return registry().names(); }
 
-std::unique_ptr<Algorithm> make_algorithm(const RunConfig& config) {
-  const AlgorithmFactory* factory = registry().find(config.algo.name);
-  if (factory == nullptr) {
-    std::string known;
-    for (const auto& n : algorithm_names()) known += (known.empty() ? "" : ", ") + n;
-    throw std::invalid_argument("unknown algorithm '" + config.algo.name + "' (known: " + known + ")");
-  }
-  return (*factory)(config);
-}
+std::unique_ptr<Algorithm> make_algorithm(const RunConfig& config) { return registry().at(config.algo.name)(config); }
 
 void Algorithm::spawn(Run&) {}
 void Algorithm::after_warm_start(Run&) {}

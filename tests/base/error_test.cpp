@@ -85,7 +85,7 @@ TEST_CASE("a named registry finds what was put, and names what it lacks") {
     (void)r.at("c");
     FAIL("found an entry never put");
   } catch (const std::invalid_argument& e) {
-    CHECK(std::string(e.what()) == "no widget registered as 'c'");
+    CHECK(std::string(e.what()) == "no widget registered as 'c' (known: a, b)");
   }
 }
 

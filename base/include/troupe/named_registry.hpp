@@ -42,10 +42,14 @@ class NamedRegistry {
     for (const auto& [name, entry] : entries_) out.push_back(name);
     return out;
   }
-  // Throws std::invalid_argument naming the entry when there is none.
+  // Throws std::invalid_argument naming the entry and listing the known ones when there is none:
+  // "no objective registered as 'x' (known: dpo, grpo)".
   const T& at(std::string_view name) const {
     if (const T* e = find(name)) return *e;
-    throw std::invalid_argument("no " + what_ + " registered as '" + std::string(name) + "'");
+    std::string known;
+    for (const auto& n : names()) known += (known.empty() ? "" : ", ") + n;
+    throw std::invalid_argument("no " + what_ + " registered as '" + std::string(name) + "' (known: " +
+                                (known.empty() ? "none" : known) + ")");
   }
 
  private:
