@@ -78,13 +78,9 @@ TrainMetrics Trainer::train_step(TrainBatch batch) {
     ObjectiveInput in = slice_input(batch, inputs, begin, rows);
     at::Tensor entropy;
     const auto part = tokens.narrow(0, begin, rows), part_attn = attn.narrow(0, begin, rows);
-    if (impl_->policy->config().scalar_heads.empty()) {
-      in.logp = token_logprobs(*impl_->policy, part, part_attn, batch.temperature, &entropy);
-    } else {   // one pass for the logits and the heads
-      auto outputs = impl_->policy->forward_outputs(part, positions_from_mask(part_attn), part_attn);
-      in.logp = token_logprobs_of(outputs.logits, part, batch.temperature, &entropy);
-      in.heads = std::move(outputs.heads);
-    }
+    auto outputs = impl_->policy->forward_outputs(part, positions_from_mask(part_attn), part_attn);   // logits and heads, one pass
+    in.logp = token_logprobs_of(outputs.logits, part, batch.temperature, &entropy);
+    in.heads = std::move(outputs.heads);
     ObjectiveOutput out = objective(in);
     out.loss.mul(weight).backward();
     acc.loss += weight * out.loss.item<double>();
