@@ -191,12 +191,12 @@ TEST_CASE("PPO: a short seeded run on the demo task raises its held-out accuracy
   config.placement.blas_threads = 1;
   config.run.run_dir = (std::filesystem::temp_directory_path() / ("troupe_ppo_learns-" + std::to_string(::getpid()))).string();
   std::filesystem::remove_all(config.run.run_dir);
-  Run grpo(rt, config);
-  grpo.warm_start();
-  const double before = grpo.evaluate().accuracy;
+  Run ppo(rt, config);
+  ppo.warm_start();
+  const double before = ppo.evaluate().accuracy;
   std::vector<StepRecord> records;
-  for (int s = 0; s < config.algo.steps; ++s) records.push_back(grpo.step());
-  const double after = grpo.evaluate().accuracy;
+  for (int s = 0; s < config.algo.steps; ++s) records.push_back(ppo.step());
+  const double after = ppo.evaluate().accuracy;
   MESSAGE("PPO reward " << mean_reward(records, 0, 5) << " -> " << mean_reward(records, records.size() - 5, records.size())
                         << ", held-out accuracy " << before << " -> " << after << ", value loss "
                         << records.front().values.at("value_loss") << " -> " << records.back().values.at("value_loss"));
@@ -333,6 +333,7 @@ TROUPE_REWARD_BACKEND("test_format_credit", [](Run& run, const std::string& arg)
 TEST_CASE("a program registers its own reward backend (TROUPE_REWARD_BACKEND): it rewards the samples, the verifier still judges them") {
   auto rt = troupe::Runtime::create().value();
   auto config = tiny("troupe_user_reward");
+  const int stops = format_credit_stops;
   config.algo.name = "test_sample_only";
   config.algo.steps = 2;
   std::vector<StepRecord> rule, credit;
@@ -346,7 +347,7 @@ TEST_CASE("a program registers its own reward backend (TROUPE_REWARD_BACKEND): i
     Run run(rt, config);
     credit = read_metrics(run.run().metrics_path);
   }
-  CHECK(format_credit_stops == 1);
+  CHECK(format_credit_stops == stops + 1);
   REQUIRE(rule.size() == 2);
   REQUIRE(credit.size() == 2);
   for (std::size_t i = 0; i < rule.size(); ++i) {
