@@ -12,10 +12,19 @@ struct HostState {
   void* object = nullptr;
   const ActorTypeInfo* type = nullptr;
   HostContext ctx;
+  std::string label;
+  // Deferred replies not yet sent (methods that returned a Future): failed when the host exits, so
+  // that no caller waits for an answer from an actor that is gone.
+  std::vector<Future<Payload>> pending;
   HostState() = default;
   HostState(const HostState&) = delete;
-  ~HostState() {
-    if (object != nullptr) type->destroy(object);   // on the host's thread, at its exit
+  ~HostState() {   // on the host's thread, at its exit
+    for (auto& f : pending) f.state()->fail(Error{ErrorCode::ActorDied, label + " stopped before it answered"});
+    if (object != nullptr) type->destroy(object);
+  }
+  void keep(const Future<Payload>& f) {
+    std::erase_if(pending, [](const Future<Payload>& p) { return p.ready(); });
+    pending.push_back(f);
   }
 };
 
@@ -31,13 +40,21 @@ std::string describe_current_exception() {
   }
 }
 
-// Runs `method` on the object: the reply payload, or the error it failed with.
-Result<Payload> invoke(Host* self, const std::string& label, const std::string& method, const Payload& args) {
+// Runs `method` on the object: the reply payload, or the error it failed with. A method that
+// answers later (it returned a Future) sets `*later` to its encoded result's future instead
+// (`crossing`: that result goes to another process), and the Payload returned means nothing.
+Result<Payload> invoke(Host* self, const std::string& label, const std::string& method, const Payload& args,
+                       bool crossing, Future<Payload>* later) {
   const ActorTypeInfo& type = *self->state.type;
   if (method == kBarrierMethod) return Payload{};
   const MethodInfo* m = type.find_method(method);
   if (m == nullptr) return Error{ErrorCode::BadArguments, "no method '" + method + "' on " + type.name};
   try {
+    if (m->invoke_deferred) {
+      *later = m->invoke_deferred(self->state.object, args, crossing);
+      self->state.keep(*later);
+      return Payload{};
+    }
     return m->invoke(self->state.object, args);
   } catch (const DecodeError& e) {
     return Error{ErrorCode::BadArguments, "arguments of " + type.name + "." + method + ": " + e.error().message};
@@ -50,15 +67,36 @@ Result<Payload> invoke(Host* self, const std::string& label, const std::string& 
   }
 }
 
-void run_local(Host* self, ActorCell& cell, const CallMsg& m) {
-  if (cell.dead()) return;   // killed while queued: its future has failed already
-  auto r = invoke(self, cell.label(), m.method, m.args);
-  if (r.ok()) cell.complete(*m.call, r.value()); else cell.fail_call(*m.call, r.error());
+void run_local(Host* self, const std::shared_ptr<ActorCell>& cell, const CallMsg& m) {
+  if (cell->dead()) return;   // killed while queued: its future has failed already
+  Future<Payload> later;
+  auto r = invoke(self, cell->label(), m.method, m.args, false, &later);
+  if (later.valid()) {   // answered when the method's future completes, on the thread completing it
+    auto* st = later.state().get();   // alive while it runs its callbacks
+    st->on_ready([cell, call = m.call, st] {
+      if (st->has_error()) cell->fail_call(*call, st->error()); else cell->complete(*call, st->value());
+    });
+    return;
+  }
+  if (r.ok()) cell->complete(*m.call, r.value()); else cell->fail_call(*m.call, r.error());
+}
+
+// Fills `reply` with a result for another process (its tensors exposed for the caller to pull).
+void set_result(WireReply& reply, Payload& result) {
+  try {
+    WirePayload out = to_wire(result);
+    reply.result = std::move(out.bytes);
+    reply.tensors = std::move(out.tensors);
+  } catch (const ErrorException& e) {
+    reply.set_error(e.error());
+  } catch (const std::exception& e) {
+    reply.set_error(Error{ErrorCode::Internal, std::string("could not send the result: ") + e.what()});
+  }
 }
 
 // A call from another process, answered on `sink`. Its token is checked here too (a call server
 // fills in the one its connection presented): hosts outside worker processes take none (SEC-1).
-void run_remote(Host* self, ActorCell& cell, WireCall& wc, ReplySink& sink) {
+void run_remote(Host* self, ActorCell& cell, WireCall& wc, const std::shared_ptr<ReplySink>& sink) {
   WireReply reply;
   reply.actor_id = wc.actor_id;
   reply.incarnation = wc.incarnation;
@@ -77,29 +115,33 @@ void run_remote(Host* self, ActorCell& cell, WireCall& wc, ReplySink& sink) {
     try {
       Payload args = from_wire(std::move(wc.args), wc.tensors, ctx.fetch_timeout);
       RemoteArgs crossing(true);   // the result goes to another process: refs in it are exported
-      auto r = invoke(self, cell.label(), wc.method, args);
-      if (r.ok()) {
-        WirePayload out = to_wire(r.value());
-        reply.result = std::move(out.bytes);
-        reply.tensors = std::move(out.tensors);
-      } else {
-        reply.set_error(r.error());
+      Future<Payload> later;
+      auto r = invoke(self, cell.label(), wc.method, args, true, &later);
+      if (later.valid()) {   // sent when the method's future completes, from the thread completing it
+        auto* st = later.state().get();   // alive while it runs its callbacks
+        st->on_ready([reply = std::move(reply), sink, st]() mutable {
+          if (st->has_error()) reply.set_error(st->error()); else set_result(reply, st->value());
+          sink->reply(reply);
+        });
+        return;
       }
+      if (r.ok()) set_result(reply, r.value()); else reply.set_error(r.error());
     } catch (const DecodeError& e) {
       reply.set_error(Error{ErrorCode::BadArguments, "arguments: " + e.error().message});
-    } catch (const ErrorException& e) {
+    } catch (const ErrorException& e) {   // its tensor arguments could not be fetched
       reply.set_error(e.error());
     } catch (const std::exception& e) {
-      reply.set_error(Error{ErrorCode::Internal, std::string("could not send the result: ") + e.what()});
+      reply.set_error(Error{ErrorCode::Internal, std::string("could not take the call: ") + e.what()});
     }
   }
-  sink.reply(reply);
+  sink->reply(reply);
 }
 
 caf::behavior host(Host* self, std::shared_ptr<ActorCell> cell, const ActorTypeInfo* type, Factory factory,
                    Payload ctor_args, HostContext ctx) {
   self->state.type = type;
   self->state.ctx = std::move(ctx);
+  self->state.label = cell->label();
   // Whatever stops the host (kill, shutdown, constructor failure), no call may wait on it.
   self->attach_functor([cell](const caf::error&) { cell->mark_dead("stopped"); });
   try {
@@ -111,8 +153,8 @@ caf::behavior host(Host* self, std::shared_ptr<ActorCell> cell, const ActorTypeI
   }
   cell->set_ready();
   return {
-      [self, cell](const CallMsg& m) { run_local(self, *cell, m); },
-      [self, cell](ChannelCall& cc) { run_remote(self, *cell, cc.call, *cc.sink); },
+      [self, cell](const CallMsg& m) { run_local(self, cell, m); },
+      [self, cell](ChannelCall& cc) { run_remote(self, *cell, cc.call, cc.sink); },
   };
 }
 

@@ -90,6 +90,32 @@ TEST_CASE("calls in flight together over a link are answered in submission order
   CHECK(fnv1a(t.data, t.nbytes()) == b.call(&Store::checksum_of_last).get());
 }
 
+TEST_CASE("a worker actor's deferred reply crosses the link when its future completes, and fails if the actor is killed") {
+  itest::Cluster cluster;
+  cluster.add_node("CPU=2");
+  auto rt = connect(cluster);
+  auto g = rt.spawn<Gate>(troupe::Options{}.process(true));
+  REQUIRE(g.ready().wait_for(30s));
+  auto w = g.call(&Gate::wait);
+  auto v = g.call(&Gate::wait_void);
+  CHECK(g.call(&Gate::waiters).get() == 2);   // the worker serves calls while two replies wait
+  CHECK_FALSE(w.ready());
+  CHECK(g.call(&Gate::open, 42).get() == 2);
+  CHECK(w.get() == 42);
+  CHECK(v.wait_for(10s));
+  CHECK(v.result().ok());
+  CHECK(g.call(&Gate::open_later, 7, 20).get() == 7);   // from a thread of the worker's
+  auto refused = g.call(&Gate::wait);
+  CHECK(g.call(&Gate::refuse, std::string("no")).get() == 1);
+  CHECK(refused.result().error().code == ErrorCode::Cancelled);
+  CHECK(refused.result().error().message == "no");
+  auto orphan = g.call(&Gate::wait);
+  CHECK(g.call(&Gate::waiters).get() == 1);
+  rt.kill(g);
+  REQUIRE(orphan.wait_for(10s));
+  CHECK(orphan.result().error().code == ErrorCode::ActorDied);
+}
+
 TEST_CASE("a driver's in-process actor passed to worker actors is called there by its cluster id, until it is killed") {
   itest::Cluster cluster;
   cluster.add_node("CPU=2");

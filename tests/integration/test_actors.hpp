@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "../support/gate_actor.hpp"   // relative: bench/ includes this header too
 #include "troupe/troupe.hpp"
 
 inline std::uint64_t fnv1a(const void* data, std::size_t n) {

@@ -110,13 +110,18 @@ std::size_t wait_holds(const troupe::ActorRef<WeightStore>& store, std::size_t n
   return holds(store);
 }
 
-// Whether `store` has `version` complete within `limit`.
+// Whether `store` has `version` complete within `limit` (its deferred landed() reply: no polling;
+// asked again if the pull starts over into another buffer).
 bool wait_complete(const troupe::ActorRef<WeightStore>& store, std::uint64_t version, std::chrono::seconds limit) {
   for (auto end = std::chrono::steady_clock::now() + limit; std::chrono::steady_clock::now() < end;) {
-    if (store.call(&WeightStore::progress, version).get().complete) return true;
-    std::this_thread::sleep_for(50ms);
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+    auto st = store.with_timeout(std::max(left, 1ms))
+                  .call(&WeightStore::landed, version, std::numeric_limits<std::uint64_t>::max())
+                  .result();
+    if (!st.ok()) return false;
+    if (st.value().complete) return true;
   }
-  return store.call(&WeightStore::progress, version).get().complete;
+  return false;
 }
 
 troupe::Runtime connect(const itest::Cluster& c) { return itest::connect(c, 60s); }
@@ -407,8 +412,12 @@ TEST_CASE("weights: a chain of relays in worker processes serves each version as
                    std::uint64_t(2)).get();
     CHECK(wait_complete(relays[2], 2, 30s));
     CHECK(pub.call(&WeightStore::stats).get().transfers == 2);
-    // A version nobody has: progress says NotFound.
+    // A version nobody has: progress and landed say NotFound.
     CHECK_THROWS(relays[0].call(&WeightStore::progress, std::uint64_t(9)).get());
+    auto none = relays[0].call(&WeightStore::landed, std::uint64_t(9), std::uint64_t(1)).result();
+    CHECK(none.error().code == troupe::WeightCode::NotFound);
+    // One it has: answered at once, complete.
+    CHECK(relays[0].call(&WeightStore::landed, std::uint64_t(1), std::uint64_t(1)).get().complete);
   }
 }
 
@@ -428,10 +437,10 @@ TEST_CASE("weights: a relay killed while its child streams from it: the child pu
   auto sum = pub.call(&WeightStore::publish_synthetic, std::uint64_t(1), numels(128 << 20, 8), std::uint64_t(5)).get();
   r0.call(&WeightStore::follow_async, std::vector<troupe::ActorRef<WeightStore>>{pub}, std::uint64_t(1)).get();
   r1.call(&WeightStore::follow_async, std::vector<troupe::ActorRef<WeightStore>>{r0, pub}, std::uint64_t(1)).get();
+  // Answered as soon as r1 has its first byte (or a new buffer: then ask again).
   troupe::FollowState seen;
-  for (int i = 0; i < 20000 && seen.landed == 0 && !seen.complete; ++i) {
-    seen = r1.call(&WeightStore::progress, std::uint64_t(1)).get();
-    if (seen.landed == 0) std::this_thread::sleep_for(100us);
+  for (int i = 0; i < 10 && seen.landed == 0 && !seen.complete; ++i) {
+    seen = r1.with_timeout(60s).call(&WeightStore::landed, std::uint64_t(1), std::uint64_t(1)).get();
   }
   const bool mid_stream = !seen.complete && !r0.call(&WeightStore::progress, std::uint64_t(1)).get().complete;
   rt.kill(r0);

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <thread>
 
+#include "support/gate_actor.hpp"
 #include "test_actors.hpp"
 
 TROUPE_ACTOR(Counter, add, get, log_calls, sleep_ms, fail);
@@ -157,6 +158,36 @@ TEST_CASE("futures of a killed actor fail promptly with ActorDied") {
   CHECK(after.error().code == ErrorCode::ActorDied);
   CHECK(after.error().message.find("killed") != std::string::npos);
   rt.kill(c);   // idempotent
+}
+
+TEST_CASE("a method returning a Future answers when it completes, and its actor serves other calls meanwhile") {
+  auto rt = make_runtime();
+  auto g = rt.spawn<Gate>(troupe::Options{});
+  troupe::Future<int> w = g.call(&Gate::wait);   // the caller's future holds the int, not a Future
+  troupe::Future<void> v = g.call(&Gate::wait_void);
+  CHECK(g.call(&Gate::waiters).get() == 2);     // answered while both wait
+  CHECK_FALSE(w.ready());
+  CHECK_FALSE(v.ready());
+  CHECK(g.call(&Gate::open, 5).get() == 2);
+  CHECK(w.get() == 5);
+  CHECK(v.wait_for(5s));
+  CHECK(v.result().ok());
+  // Completed by another thread than the actor's.
+  CHECK(g.call(&Gate::open_later, 9, 20).get() == 9);
+  // A failed future fails the call with its Error; a throw before returning one is MethodFailed.
+  auto refused = g.call(&Gate::wait);
+  CHECK(g.call(&Gate::refuse, std::string("not today")).get() == 1);
+  CHECK(refused.result().error().code == ErrorCode::Cancelled);
+  CHECK(refused.result().error().message == "not today");
+  auto thrown = g.call(&Gate::throw_now, std::string("broken")).result();
+  CHECK(thrown.error().code == ErrorCode::MethodFailed);
+  CHECK(thrown.error().message.find("broken") != std::string::npos);
+  // Killed while a reply is deferred: the caller learns it at once.
+  auto orphan = g.call(&Gate::wait);
+  CHECK(g.call(&Gate::waiters).get() == 1);
+  rt.kill(g);
+  REQUIRE(orphan.wait_for(2s));
+  CHECK(orphan.result().error().code == ErrorCode::ActorDied);
 }
 
 TEST_CASE("a constructor that throws leaves a dead actor whose calls fail") {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <optional>
 #include <thread>
@@ -25,6 +26,8 @@ void fill_pattern(float* p, std::int64_t n, std::uint64_t seed) {
     p[i] = float(std::int32_t(x)) * (1.0f / 2147483648.0f);
   }
 }
+
+constexpr std::uint64_t kAllBytes = std::numeric_limits<std::uint64_t>::max();
 
 [[noreturn]] void not_found(std::uint64_t version) {
   throw ErrorException(Error{WeightCode::NotFound,
@@ -54,6 +57,8 @@ constexpr auto kArrivingManifestWait = std::chrono::seconds(10);
 // follow_async(): the pull on its own thread, and the version it is receiving, served to children
 // as it lands. Shared by the actor thread (manifest, progress, release) and the pulling thread.
 struct WeightStore::Stream {
+  explicit Stream(std::shared_ptr<WeightPublisher> p) : publisher(std::move(p)) {}
+  std::shared_ptr<WeightPublisher> publisher;   // the store's: what is complete here
   std::mutex mu;
   std::condition_variable changed;
   bool running = false;
@@ -73,15 +78,73 @@ struct WeightStore::Stream {
   std::vector<std::uint64_t> sub_sources;
   std::thread worker;
 
+  // landed(): callers waiting for bytes of a version, answered when they are here, when it
+  // completes or fails, or when it starts over into another buffer (its generation changes).
+  struct Waiter {
+    std::uint64_t version, bytes, generation;
+    Promise<FollowState> reply;
+  };
+  std::vector<Waiter> waiters;
+  std::atomic<std::uint64_t> least_waited{std::numeric_limits<std::uint64_t>::max()};   // no waiter: max
+
   void sweep_locked(Clock::time_point now) {   // the data plane ends expired regions itself
     for (auto it = holds.begin(); it != holds.end();) it = it->second.expires < now ? holds.erase(it) : std::next(it);
+  }
+
+  // How much of `version` is here: what progress() answers.
+  Result<FollowState> state_locked(std::uint64_t version) const {
+    if (auto set = publisher->get(version)) {
+      std::uint64_t gen = done_version == set->version() ? done_generation : 0;
+      return FollowState{set->version(), set->wire_bytes(), set->wire_bytes(), true, gen};
+    }
+    if (arriving && (version == kLatestVersion || arriving->version == version)) {
+      return FollowState{arriving->version, landed.load(std::memory_order_acquire), arriving->wire_bytes, false,
+                         generation};
+    }
+    if (wanted == version) {
+      if (running) return FollowState{version, 0, 0, false, 0};   // its manifest has not come yet
+      if (!error.empty()) return Error{WeightCode::Transfer, error};
+    }
+    return Error{WeightCode::NotFound,
+                 "version " + (version == kLatestVersion ? std::string("latest") : std::to_string(version))};
+  }
+
+  // Takes out the waiters that can be answered now, with their answers (sent after unlocking).
+  using Answers = std::vector<std::pair<Promise<FollowState>, Result<FollowState>>>;
+  Answers answerable_locked() {
+    Answers out;
+    std::uint64_t least = std::numeric_limits<std::uint64_t>::max();
+    std::erase_if(waiters, [&](Waiter& w) {
+      auto st = state_locked(w.version);
+      if (!st.ok() || st.value().complete || st.value().landed >= w.bytes || st.value().generation != w.generation) {
+        out.emplace_back(std::move(w.reply), std::move(st));
+        return true;
+      }
+      least = std::min(least, w.bytes);
+      return false;
+    });
+    least_waited.store(least, std::memory_order_release);
+    return out;
+  }
+  static void send(Answers answers) {
+    for (auto& [reply, st] : answers) {
+      if (st.ok()) reply.set_value(st.value()); else reply.set_error(st.error());
+    }
+  }
+  void answer_waiters() {
+    Answers a;
+    {
+      std::lock_guard lock(mu);
+      a = answerable_locked();
+    }
+    send(std::move(a));
   }
 };
 
 WeightStore::WeightStore() : WeightStore(PublisherOptions{}) {}
 
 WeightStore::WeightStore(PublisherOptions opts)
-    : publisher_(WeightPublisher::create(opts)), stream_(std::make_shared<Stream>()) {}
+    : publisher_(WeightPublisher::create(opts)), stream_(std::make_shared<Stream>(publisher_)) {}
 
 WeightStore::~WeightStore() {
   if (stream_->worker.joinable()) stream_->worker.join();
@@ -210,14 +273,22 @@ void WeightStore::start_pull(std::vector<ActorRef<WeightStore>> sources, std::ui
     opts.map_shared = publisher_->options().relay_maps;
     Stream* raw = st.get();   // the stream owns the subscriber and its options: no shared_ptr cycle
     opts.on_receive_buffer = [raw](const WeightManifest& m, const TensorView& wire) {
-      std::lock_guard lock(raw->mu);
-      raw->landed = 0;
-      raw->arriving = m;
-      raw->wire = wire;
-      ++raw->generation;   // a retry from another source: children of the old buffer must not go on
-      raw->changed.notify_all();
+      Stream::Answers answers;
+      {
+        std::lock_guard lock(raw->mu);
+        raw->landed = 0;
+        raw->arriving = m;
+        raw->wire = wire;
+        ++raw->generation;   // a retry from another source: children of the old buffer must not go on
+        raw->changed.notify_all();
+        answers = raw->answerable_locked();
+      }
+      Stream::send(std::move(answers));
     };
-    opts.on_progress = [raw](std::size_t done, std::size_t) { raw->landed.store(done, std::memory_order_release); };
+    opts.on_progress = [raw](std::size_t done, std::size_t) {
+      raw->landed.store(done, std::memory_order_release);
+      if (done >= raw->least_waited.load(std::memory_order_acquire)) raw->answer_waiters();
+    };
     st->sub = std::make_unique<WeightSubscriber>(std::move(sources), opts);
     st->sub_sources = std::move(ids);
   }
@@ -230,7 +301,8 @@ void WeightStore::start_pull(std::vector<ActorRef<WeightStore>> sources, std::ui
     st->wire = {};
   }
   auto finish = [st](const std::string& error, Code code, std::uint64_t checksum) {
-    std::lock_guard lock(st->mu);
+    Stream::Answers answers;
+    std::unique_lock lock(st->mu);
     st->running = false;
     st->error = error;
     st->error_code = code;
@@ -242,6 +314,9 @@ void WeightStore::start_pull(std::vector<ActorRef<WeightStore>> sources, std::ui
     st->arriving.reset();
     st->wire = {};   // children's exposed regions keep the buffer while they pull
     st->changed.notify_all();
+    answers = st->answerable_locked();
+    lock.unlock();
+    Stream::send(std::move(answers));
   };
   auto pull = [this, st, version, finish] {
     try {
@@ -269,20 +344,21 @@ void WeightStore::start_pull(std::vector<ActorRef<WeightStore>> sources, std::ui
 
 FollowState WeightStore::progress(std::uint64_t version) {
   std::lock_guard lock(stream_->mu);   // taken first: the pull may complete between two looks
-  const auto& st = *stream_;
-  if (auto set = publisher_->get(version)) {
-    std::uint64_t gen = st.done_version == set->version() ? st.done_generation : 0;
-    return {set->version(), set->wire_bytes(), set->wire_bytes(), true, gen};
-  }
-  if (st.arriving && (version == kLatestVersion || st.arriving->version == version)) {
-    return {st.arriving->version, st.landed.load(std::memory_order_acquire), st.arriving->wire_bytes, false,
-            st.generation};
-  }
-  if (st.wanted == version) {
-    if (st.running) return {version, 0, 0, false, 0};   // its manifest has not come yet
-    if (!st.error.empty()) throw ErrorException(Error{WeightCode::Transfer, st.error});
-  }
-  not_found(version);
+  auto st = stream_->state_locked(version);
+  if (!st.ok()) throw ErrorException(st.error());
+  return st.value();
+}
+
+Future<FollowState> WeightStore::landed(std::uint64_t version, std::uint64_t bytes) {
+  std::lock_guard lock(stream_->mu);
+  auto st = stream_->state_locked(version);
+  if (!st.ok()) return make_error_future<FollowState>(st.error());
+  if (st.value().complete || st.value().landed >= bytes) return make_ready_future(st.value());
+  Promise<FollowState> reply;
+  stream_->waiters.push_back({version, bytes, st.value().generation, reply});
+  stream_->least_waited.store(std::min(stream_->least_waited.load(std::memory_order_relaxed), bytes),
+                              std::memory_order_release);
+  return reply.future();
 }
 
 void WeightStore::clear() {
@@ -342,13 +418,16 @@ void chain_broadcast(const ActorRef<WeightStore>& publisher, const std::vector<A
     relays[k].call(&WeightStore::follow_async, sources, version).get();
   }
   const auto deadline = Clock::now() + timeout;
-  for (const auto& r : relays) {   // the chain completes in order
-    while (!r.call(&WeightStore::progress, version).get().complete) {
-      if (Clock::now() >= deadline) {
-        throw ErrorException(Error{WeightCode::Transfer, "chain broadcast of version " + std::to_string(version) +
-                                                             " did not complete in time"});
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(500));
+  const Error late{WeightCode::Transfer, "chain broadcast of version " + std::to_string(version) +
+                                            " did not complete in time"};
+  for (const auto& r : relays) {   // the chain completes in order; each relay answers when it has
+    for (;;) {                     // it all (or when its pull starts over: then ask again)
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) throw ErrorException(late);
+      auto st = r.with_timeout(left).call(&WeightStore::landed, version, kAllBytes).result();
+      if (!st.ok() && st.error().code == ErrorCode::Timeout) throw ErrorException(late);
+      if (!st.ok()) throw CallError(st.error());
+      if (st.value().complete) break;
     }
   }
 }

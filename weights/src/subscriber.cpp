@@ -112,36 +112,23 @@ void check_entries(const WeightManifest& m) {
 
 
 // `ready(end)` of fetch_checked for a relay still receiving the version (a streaming manifest):
-// returns once the relay has bytes [0, end). Polled, at first every 300 µs; once the relay's rate
-// is known, about when those bytes should be there (each poll is a call: CPU that the transfer
-// itself needs).
+// returns once the relay has bytes [0, end). The relay answers when they have landed (landed(): a
+// deferred reply, no polling).
 std::function<void(std::size_t)> relay_landing(const ActorRef<WeightStore>& relay, const WeightManifest& m,
                                                Clock::time_point deadline) {
-  return [relay, version = m.version, generation = m.generation, deadline, landed = std::uint64_t(0),
-          seen_at = Clock::time_point{}, rate = 0.0](std::size_t end) mutable {
-    while (landed < end) {
+  return [relay, version = m.version, generation = m.generation, deadline](std::size_t end) {
+    for (;;) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       if (left.count() <= 0) throw ErrorException(Error{TransportCode::Timeout, "the relay's version did not arrive in time"});
-      auto st = relay.with_timeout(left).call(&WeightStore::progress, version).result();
+      auto st = relay.with_timeout(left).call(&WeightStore::landed, version, std::uint64_t(end)).result();
+      if (!st.ok() && st.error().code == ErrorCode::Timeout) {
+        throw ErrorException(Error{TransportCode::Timeout, "the relay's version did not arrive in time"});
+      }
       if (!st.ok()) fail(WeightCode::Transfer, "relay: " + st.error().to_string());
       if (st.value().generation != generation) {   // it started over into another buffer
         fail(WeightCode::Transfer, "relay: the version is arriving anew there");
       }
-      const auto now = Clock::now();
-      if (st.value().landed > landed) {   // bytes per second between the last two advances
-        if (seen_at != Clock::time_point{}) {
-          rate = double(st.value().landed - landed) / std::chrono::duration<double>(now - seen_at).count();
-        }
-        seen_at = now;
-        landed = st.value().landed;
-      }
-      if (landed >= end) return;
-      auto wait = std::chrono::microseconds(300);
-      if (rate > 0) {
-        auto due = std::chrono::microseconds(std::int64_t(0.8e6 * double(end - landed) / rate));
-        wait = std::clamp(due, wait, std::chrono::microseconds(20000));
-      }
-      std::this_thread::sleep_for(wait);
+      if (st.value().complete || st.value().landed >= end) return;
     }
   };
 }

@@ -1,5 +1,6 @@
 // ActorRef<T>: a handle to one actor, named by id (not by thread or process). Calls through it are
-// encoded with msgpack, answered one at a time in submission order, and resolve a Future.
+// encoded with msgpack, run one at a time in submission order, and resolve a Future (a method
+// returning a Future answers when that completes: see TROUPE_ACTOR).
 // ActorGroup<T>: n actors of one type, called together. Both are cheap to copy and thread-safe.
 #pragma once
 
@@ -36,20 +37,6 @@ Future<void> cell_ready(const ActorCell& cell);
 std::shared_ptr<ActorCell> resolve_cell(std::uint64_t id, const std::string& type);
 bool cell_remote(const ActorCell& cell);   // hosted by another process
 
-// While one is alive on this thread with `crossing` true, what is encoded goes to another process:
-// an ActorRef to an actor of this process then encodes as a cluster id, the actor made callable
-// from there (ref_wire_id). Set around every encoding: a call's arguments, a spawn's constructor
-// arguments, a result a host sends back over a link.
-class RemoteArgs {
- public:
-  explicit RemoteArgs(bool crossing);
-  ~RemoteArgs();
-  RemoteArgs(const RemoteArgs&) = delete;
-  RemoteArgs& operator=(const RemoteArgs&) = delete;
-
- private:
-  bool previous_;
-};
 // The id an ActorRef travels as: its own, or (crossing to another process, for an actor of this
 // one) the cluster id it is exported under. Throws ErrorException when it cannot be exported.
 std::uint64_t ref_wire_id(const std::shared_ptr<ActorCell>& cell);

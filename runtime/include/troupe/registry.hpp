@@ -17,19 +17,39 @@
 
 #include "troupe/codec.hpp"
 #include "troupe/detail/method_traits.hpp"
+#include "troupe/future.hpp"
 #include "troupe/named_registry.hpp"
 
 namespace troupe::detail {
 
+// While one is alive on this thread with `crossing` true, what is encoded goes to another process:
+// an ActorRef to an actor of this process then encodes as a cluster id, the actor made callable
+// from there (ref_wire_id). Set around every encoding: a call's arguments, a spawn's constructor
+// arguments, a result a host sends back over a link.
+class RemoteArgs {
+ public:
+  explicit RemoteArgs(bool crossing);
+  ~RemoteArgs();
+  RemoteArgs(const RemoteArgs&) = delete;
+  RemoteArgs& operator=(const RemoteArgs&) = delete;
+
+ private:
+  bool previous_;
+};
+
 // Decodes the arguments, runs the method on `self`, encodes its result. Throws DecodeError for
 // bad arguments; the method's own exceptions pass through.
 using Invoker = std::function<Payload(void* self, const Payload& args)>;
+// The same for a method that answers later (it returns a Future): the encoded result's future.
+// `crossing`: the result goes to another process (RemoteArgs, set on the thread that encodes it).
+using DeferredInvoker = std::function<Future<Payload>(void* self, const Payload& args, bool crossing)>;
 using Factory = void* (*)(const Payload& ctor_args);   // throws DecodeError or the ctor's exception
 using Destroyer = void (*)(void*);
 
 struct MethodInfo {
   std::string name;
-  Invoker invoke;
+  Invoker invoke;                    // one of the two is set
+  DeferredInvoker invoke_deferred;   // for methods returning Future<R>
 };
 
 struct ActorTypeInfo {
@@ -71,12 +91,36 @@ Payload invoke_method(M m, T& obj, const Payload& in, std::index_sequence<I...>)
   }
 }
 
+template <class T, class M, std::size_t... I>
+Future<Payload> invoke_deferred_method(M m, T& obj, const Payload& in, bool crossing, std::index_sequence<I...>) {
+  using Tr = MethodTraits<M>;
+  auto args = TupleDecoder<typename Tr::Values>::decode(in);
+  using R = typename Tr::Result;
+  Future<R> f = (obj.*m)(std::forward<std::tuple_element_t<I, typename Tr::Params>>(std::get<I>(args))...);
+  if (!f.valid()) return make_error_future<Payload>(Error{ErrorCode::Internal, "the method returned no future"});
+  if constexpr (std::is_void_v<R>) {
+    return f.then([] { return encode_value(msgpack::type::nil_t{}); });
+  } else {
+    return f.then([crossing](R& v) {   // on the thread that completes f
+      RemoteArgs c(crossing);
+      return encode_value(v);
+    });
+  }
+}
+
 template <class T, class M>
 MethodInfo make_method(const char* name, M m) {
-  return MethodInfo{name, [m](void* self, const Payload& in) {
-                      return invoke_method<T>(m, *static_cast<T*>(self), in,
-                                              std::make_index_sequence<MethodTraits<M>::arity>{});
-                    }};
+  if constexpr (MethodTraits<M>::deferred) {
+    return MethodInfo{name, nullptr, [m](void* self, const Payload& in, bool crossing) {
+                        return invoke_deferred_method<T>(m, *static_cast<T*>(self), in, crossing,
+                                                         std::make_index_sequence<MethodTraits<M>::arity>{});
+                      }};
+  } else {
+    return MethodInfo{name, [m](void* self, const Payload& in) {
+                        return invoke_method<T>(m, *static_cast<T*>(self), in,
+                                                std::make_index_sequence<MethodTraits<M>::arity>{});
+                      }, nullptr};
+  }
 }
 
 template <class T, class Tuple, std::size_t... I>
@@ -129,7 +173,10 @@ struct CtorFactory {
 
 // --- TROUPE_ACTOR(Type, method...) -----------------------------------------------------------------
 // Use at global namespace scope, once per type, after the class definition. Overloaded methods
-// cannot be registered (name them distinctly).
+// cannot be registered (name them distinctly). A method may return troupe::Future<R> to answer
+// later (a deferred reply): its callers' futures hold R and complete when the returned future
+// does, on whatever thread completes it; the actor goes on to its next call meanwhile, so such
+// replies may overtake earlier ones. If the actor stops first, the call fails with ActorDied.
 #define TROUPE_DETAIL_M(T, m) std::make_pair(#m, &T::m)
 #define TROUPE_DETAIL_EXPAND(x) x
 #define TROUPE_DETAIL_FE_1(T, a) TROUPE_DETAIL_M(T, a)

@@ -149,6 +149,11 @@ class WeightStore {
   // How much of `version` is here. Throws ErrorException: Transfer when this store's pull of it
   // failed, NotFound when it neither has nor is pulling it.
   FollowState progress(std::uint64_t version);
+  // The same, answered once `bytes` of `version` are here (at once if they are): when they have
+  // landed, when it is complete or its pull failed (Transfer), or when the pull started over into
+  // another buffer (`generation` changes: ask again). NotFound when it neither has nor is pulling
+  // it. A deferred reply: nobody polls; a caller bounds its wait with its call's timeout.
+  Future<FollowState> landed(std::uint64_t version, std::uint64_t bytes);
   void clear();                         // forget the latest (and a relay's copy)
   PublisherStats stats();
 
@@ -209,4 +214,4 @@ std::vector<ActorRef<WeightStore>> tree_sources(const ActorRef<WeightStore>& pub
 }  // namespace troupe
 
 TROUPE_ACTOR(troupe::WeightStore, publish, publish_synthetic, latest_version, manifest, release,
-             follow, follow_async, progress, clear, stats, group_join, group_leave, group_pull);
+             follow, follow_async, progress, landed, clear, stats, group_join, group_leave, group_pull);

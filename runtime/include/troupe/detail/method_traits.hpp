@@ -4,7 +4,25 @@
 #include <tuple>
 #include <type_traits>
 
+namespace troupe {
+template <class T>
+class Future;
+}  // namespace troupe
+
 namespace troupe::detail {
+
+// What a call of a method returning R resolves with. A method that returns Future<V> answers
+// later (a deferred reply): its caller's future holds V, and resolves when the method's does.
+template <class R>
+struct ReplyOf {
+  using type = R;
+  static constexpr bool deferred = false;
+};
+template <class V>
+struct ReplyOf<Future<V>> {
+  using type = V;
+  static constexpr bool deferred = true;
+};
 
 template <class M>
 struct MethodTraits;
@@ -12,7 +30,9 @@ struct MethodTraits;
 template <class C, class R, class... A>
 struct MethodTraits<R (C::*)(A...)> {
   using Class = C;
-  using Result = R;
+  using Declared = R;                            // as the method returns it
+  using Result = typename ReplyOf<R>::type;      // what a call's future holds
+  static constexpr bool deferred = ReplyOf<R>::deferred;
   using Params = std::tuple<A...>;                    // as declared
   using Values = std::tuple<std::decay_t<A>...>;      // as carried on the wire
   static constexpr std::size_t arity = sizeof...(A);

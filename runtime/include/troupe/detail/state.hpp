@@ -100,6 +100,8 @@ class State final : public StateBase {
   bool complete_from(const Payload& reply) override {
     if constexpr (std::is_void_v<T>) {
       return set_value(Unit{});
+    } else if constexpr (std::is_same_v<T, Payload>) {   // the encoded result itself
+      return set_value(reply);
     } else {
       Value v;
       try {
