@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "commands.hpp"
+#include "troupe/control/process.hpp"
 #include "troupe/net/address.hpp"
 #include "troupe/net/http.hpp"
 #include "troupe/net/session.hpp"
@@ -198,11 +199,9 @@ int stop(const CommonFlags& f) {
     else fs::remove(e.path(), ec);   // stale
   }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  for (auto& [pid, path] : targets) {
-    while (::kill(pid, 0) == 0 && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    if (::kill(pid, 0) == 0) ::kill(pid, SIGKILL);
+  for (auto& [pid, path] : targets) {   // each waited for on its pidfd, all within 10 s
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (!troupe::control::wait_exit(pid, std::max(left, std::chrono::milliseconds(0)))) ::kill(pid, SIGKILL);
     fs::remove(path, ec);
     std::cout << "stopped " << path.stem().string() << "\n";
     ++stopped;

@@ -82,20 +82,45 @@ std::optional<std::string> try_reap(pid_t pid) {
 
 int open_pidfd(pid_t pid) { return int(::syscall(SYS_pidfd_open, pid, 0)); }
 
+namespace {
+
+// Polls `fd` (a pidfd) until it is readable or `deadline`: whether it became readable.
+bool readable_by(int fd, std::chrono::steady_clock::time_point deadline) {
+  pollfd p{fd, POLLIN, 0};
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    const int r = ::poll(&p, 1, int(left.count()));
+    if (r > 0) return true;
+    if (r < 0 && errno != EINTR) return false;
+  }
+}
+
+}  // namespace
+
+bool wait_exit(pid_t pid, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  const int fd = open_pidfd(pid);
+  if (fd < 0) {
+    if (errno == ESRCH) return true;   // already gone
+    // No pidfd (a kernel before 5.3): nothing to wait on, so look now and then.
+    while (::kill(pid, 0) == 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return ::kill(pid, 0) != 0;
+  }
+  const bool gone = readable_by(fd, deadline);
+  ::close(fd);
+  return gone;
+}
+
 void terminate_process(pid_t pid, int grace_ms) {
   if (pid <= 0) return;
   if (try_reap(pid)) return;
   const int fd = open_pidfd(pid);
   ::kill(pid, SIGTERM);
   if (fd >= 0) {   // readable once it exits: waits for the exit itself, not on a clock
-    pollfd p{fd, POLLIN, 0};
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace_ms);
-    for (;;) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) break;
-      const int r = ::poll(&p, 1, int(left.count()));
-      if (r > 0 || (r < 0 && errno != EINTR)) break;
-    }
+    readable_by(fd, std::chrono::steady_clock::now() + std::chrono::milliseconds(grace_ms));
     ::close(fd);
     if (try_reap(pid)) return;
   } else {   // no pidfd (a kernel before 5.3): a grace without a wake-up

@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <map>
 #include <optional>
 #include <string>
@@ -35,6 +36,11 @@ std::optional<std::string> try_reap(pid_t pid);
 
 // A descriptor that becomes readable when `pid` exits (pidfd_open), or -1. The caller closes it.
 int open_pidfd(pid_t pid);
+
+// Waits until process `pid` (a child or not) has exited, at most `limit`, on its pidfd: true once
+// it is gone. Without pidfd (a kernel before 5.3) it looks every 20 ms (kill(pid, 0)). Does not
+// reap a child.
+bool wait_exit(pid_t pid, std::chrono::milliseconds limit);
 
 // SIGTERM, then SIGKILL after `grace_ms` (waiting on its pidfd, not on a clock); reaps it. Safe on
 // a pid that already exited.
