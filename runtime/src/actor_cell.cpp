@@ -75,6 +75,7 @@ void ActorCell::submit(const char* method, Payload args, std::shared_ptr<StateBa
     }
     local->post(method, std::move(args), std::shared_ptr<StateBase>(call));
   } else if (!is_dead) {
+    call->mark_remote();
     std::lock_guard send(send_mu_);
     std::shared_ptr<Route> route;
     {

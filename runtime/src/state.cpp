@@ -1,3 +1,6 @@
+#include <sched.h>
+
+#include <chrono>
 #include <memory>
 
 #include "troupe/future.hpp"
@@ -5,9 +8,13 @@
 namespace troupe::detail {
 namespace {
 
-// A reply often arrives within microseconds; spinning that long before sleeping saves two
-// context switches per synchronous call. Bounded, so an idle waiter costs nothing.
+// A reply often arrives within microseconds; looking for it that long before sleeping saves two
+// context switches per synchronous call. Bounded, so an idle waiter costs nothing. An in-process
+// reply is looked for with pauses; one from another process with sched_yield between looks, since
+// the thread that brings it (this process's link io thread) may need this very core: on a 2-vCPU
+// VM a waiter that only pauses holds it off for the whole spin.
 constexpr int kSpinIterations = 1000;
+constexpr auto kYieldFor = std::chrono::microseconds(50);
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -18,9 +25,16 @@ inline void cpu_relax() {
 }  // namespace
 
 void StateBase::wait() {
-  for (int i = 0; i < kSpinIterations; ++i) {
-    if (ready()) return;
-    cpu_relax();
+  if (remote_.load(std::memory_order_relaxed)) {
+    for (const auto until = std::chrono::steady_clock::now() + kYieldFor; std::chrono::steady_clock::now() < until;) {
+      if (ready()) return;
+      sched_yield();
+    }
+  } else {
+    for (int i = 0; i < kSpinIterations; ++i) {
+      if (ready()) return;
+      cpu_relax();
+    }
   }
   std::unique_lock lk(mu_);
   ++waiters_;

@@ -68,6 +68,10 @@ class StateBase {
 
   CallLink call_link;   // see CallLink; untouched by futures that are not calls
 
+  // The call went to another process: its reply comes through this process's link io thread, so a
+  // waiter gives its core away while it looks for the reply (see wait()).
+  void mark_remote() noexcept { remote_.store(true, std::memory_order_relaxed); }
+
  protected:
   static constexpr int kPending = 0, kCompleting = 1, kValue = 2, kError = 3;
   bool begin_complete() noexcept {
@@ -78,6 +82,7 @@ class StateBase {
 
  private:
   std::atomic<int> status_{kPending};
+  std::atomic<bool> remote_{false};
   Error error_;
   std::mutex mu_;
   std::condition_variable cv_;
