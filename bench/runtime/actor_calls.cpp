@@ -6,6 +6,8 @@
 //   death_notice_s                  kill -9 of a worker -> the caller's pending future has failed
 //   idle_cpu_percent                a worker process with nothing to do, over 10 s (of one core)
 //   tcp_floor_rtt_us                a bare two-process TCP ping-pong (64 B) on 127.0.0.1, this run
+//   ucx_am_busy_rtt_us              the same over UCX active messages (shared memory), both sides
+//                                   busy-polling; ucx_am_wait_rtt_us: parking between messages
 //   --seconds S   wall time per case (default 2)
 #include <nlohmann/json.hpp>
 #include <arpa/inet.h>
@@ -30,6 +32,7 @@
 
 #include "bench_util.hpp"
 #include "raw_caf.hpp"
+#include "ucx_am.hpp"
 #include "troupe/troupe.hpp"
 
 struct Echo {
@@ -196,6 +199,7 @@ double tcp_floor_rtt_us() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (bench::ucx_am_peer(argc, argv)) return 0;   // this process is the UCX ping-pong's other side
   auto rt = troupe::init(argc, argv);   // worker processes of the xproc cases run this binary too
   double seconds = 2.0;
   for (int i = 1; i + 1 < argc; ++i) {
@@ -217,6 +221,9 @@ int main(int argc, char** argv) {
   j["death_notice_s"] = death;
   j["idle_cpu_percent"] = std::round(idle * 100) / 100;
   j["tcp_floor_rtt_us"] = std::round(tcp_floor_rtt_us() * 10) / 10;
+  const auto am = bench::ucx_am_rtt(20000);
+  j["ucx_am_busy_rtt_us"] = std::round(am.busy_rtt_us * 100) / 100;
+  j["ucx_am_wait_rtt_us"] = std::round(am.wait_rtt_us * 10) / 10;
   for (auto& [k, v] : troupe_figures) j[k] = k.ends_with("_cpu_us") ? std::round(v * 100) / 100 : std::round(v);
   for (auto& [k, v] : bench::run_raw_caf(seconds)) j[k] = std::round(v);
   for (const char* k : {"1_1_actor_calls_sync", "1_1_actor_calls_async", "1_n_actor_calls_async",
