@@ -2,6 +2,8 @@
 // host; the peer echoes each message back on its own endpoint.
 #include "ucx_am.hpp"
 
+#include "../../tests/support/pipe_io.hpp"   // read_exact, write_exact
+
 #include <poll.h>
 #include <spawn.h>
 #include <sys/socket.h>
@@ -25,28 +27,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr std::uint16_t kAmId = 7;
 constexpr char kBusy = 'b', kWait = 'w', kQuit = 'q';
-
-bool write_all(int fd, const void* p, std::size_t n) {
-  auto* c = static_cast<const char*>(p);
-  while (n > 0) {
-    ssize_t w = ::write(fd, c, n);
-    if (w <= 0) return false;
-    c += w;
-    n -= std::size_t(w);
-  }
-  return true;
-}
-
-bool read_all(int fd, void* p, std::size_t n) {
-  auto* c = static_cast<char*>(p);
-  while (n > 0) {
-    ssize_t r = ::read(fd, c, n);
-    if (r <= 0) return false;
-    c += r;
-    n -= std::size_t(r);
-  }
-  return true;
-}
 
 // One side: a UCP context, worker and endpoint to the other side, and what has arrived.
 struct Side {
@@ -93,12 +73,22 @@ struct Side {
     std::size_t alen = 0;
     if (ucp_worker_get_address(worker, &addr, &alen) != UCS_OK) return false;
     const std::uint64_t n = alen;
-    const bool sent = write_all(fd, &n, sizeof n) && write_all(fd, addr, alen);
+    bool sent = true;
+    try {
+      test_support::write_exact(fd, &n, sizeof n);
+      test_support::write_exact(fd, addr, alen);
+    } catch (const std::runtime_error&) {   // the other side has gone
+      sent = false;
+    }
     ucp_worker_release_address(worker, addr);
+    const auto deadline = Clock::now() + std::chrono::seconds(30);
     std::uint64_t peer_len = 0;
-    if (!sent || !read_all(fd, &peer_len, sizeof peer_len) || peer_len == 0 || peer_len > (1u << 20)) return false;
+    if (!sent || !test_support::read_exact(fd, &peer_len, sizeof peer_len, deadline) || peer_len == 0 ||
+        peer_len > (1u << 20)) {
+      return false;
+    }
     std::vector<char> peer(peer_len);
-    if (!read_all(fd, peer.data(), peer.size())) return false;
+    if (!test_support::read_exact(fd, peer.data(), peer.size(), deadline)) return false;
     ucp_ep_params_t ep_p{};
     ep_p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
     ep_p.address = reinterpret_cast<const ucp_address_t*>(peer.data());

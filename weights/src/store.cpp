@@ -29,10 +29,12 @@ void fill_pattern(float* p, std::int64_t n, std::uint64_t seed) {
 
 constexpr std::uint64_t kAllBytes = std::numeric_limits<std::uint64_t>::max();
 
-[[noreturn]] void not_found(std::uint64_t version) {
-  throw ErrorException(Error{WeightCode::NotFound,
-                             "version " + (version == kLatestVersion ? std::string("latest") : std::to_string(version))});
+Error not_found_error(std::uint64_t version) {
+  return Error{WeightCode::NotFound,
+               "version " + (version == kLatestVersion ? std::string("latest") : std::to_string(version))};
 }
+
+[[noreturn]] void not_found(std::uint64_t version) { throw ErrorException(not_found_error(version)); }
 
 // What every manifest of a published `set` says, whatever the path.
 WeightManifest manifest_of(const WeightSet& set, std::uint64_t publisher_key) {
@@ -105,8 +107,7 @@ struct WeightStore::Stream {
       if (running) return FollowState{version, 0, 0, false, 0};   // its manifest has not come yet
       if (!error.empty()) return Error{WeightCode::Transfer, error};
     }
-    return Error{WeightCode::NotFound,
-                 "version " + (version == kLatestVersion ? std::string("latest") : std::to_string(version))};
+    return not_found_error(version);
   }
 
   // Takes out the waiters that can be answered now, with their answers (sent after unlocking).

@@ -117,13 +117,12 @@ void check_entries(const WeightManifest& m) {
 std::function<void(std::size_t)> relay_landing(const ActorRef<WeightStore>& relay, const WeightManifest& m,
                                                Clock::time_point deadline) {
   return [relay, version = m.version, generation = m.generation, deadline](std::size_t end) {
+    const Error late{TransportCode::Timeout, "the relay's version did not arrive in time"};
     for (;;) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      if (left.count() <= 0) throw ErrorException(Error{TransportCode::Timeout, "the relay's version did not arrive in time"});
+      if (left.count() <= 0) throw ErrorException(late);
       auto st = relay.with_timeout(left).call(&WeightStore::landed, version, std::uint64_t(end)).result();
-      if (!st.ok() && st.error().code == ErrorCode::Timeout) {
-        throw ErrorException(Error{TransportCode::Timeout, "the relay's version did not arrive in time"});
-      }
+      if (!st.ok() && st.error().code == ErrorCode::Timeout) throw ErrorException(late);
       if (!st.ok()) fail(WeightCode::Transfer, "relay: " + st.error().to_string());
       if (st.value().generation != generation) {   // it started over into another buffer
         fail(WeightCode::Transfer, "relay: the version is arriving anew there");

@@ -30,8 +30,7 @@ struct MethodTraits;
 template <class C, class R, class... A>
 struct MethodTraits<R (C::*)(A...)> {
   using Class = C;
-  using Declared = R;                            // as the method returns it
-  using Result = typename ReplyOf<R>::type;      // what a call's future holds
+  using Result = typename ReplyOf<R>::type;      // what a call's future holds (R, or V of Future<V>)
   static constexpr bool deferred = ReplyOf<R>::deferred;
   using Params = std::tuple<A...>;                    // as declared
   using Values = std::tuple<std::decay_t<A>...>;      // as carried on the wire
