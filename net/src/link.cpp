@@ -380,6 +380,63 @@ asio::awaitable<bool> read_frame(tcp::socket& s, std::uint32_t max, char& kind, 
   co_return true;
 }
 
+// A link's reader after the handshake: one read_some takes in whatever the socket holds (many
+// small frames at once when calls or replies queue up), and frames are cut from that buffer. A
+// body larger than the buffer is read straight into its own vector after the part already here.
+class FrameReader {
+ public:
+  static constexpr std::size_t kBuffer = 64u << 10;
+  explicit FrameReader(tcp::socket& s) : s_(s), buf_(kBuffer) {}
+
+  // The next frame, or false at EOF, on an error or on a size over `max`.
+  asio::awaitable<bool> next(std::uint32_t max, char& kind, std::uint8_t& flags, std::vector<char>& body) {
+    if (!co_await fill(6)) co_return false;
+    const auto* h = reinterpret_cast<const unsigned char*>(buf_.data() + begin_);
+    std::uint32_t n = std::uint32_t(h[0]) | std::uint32_t(h[1]) << 8 | std::uint32_t(h[2]) << 16 | std::uint32_t(h[3]) << 24;
+    if (n < 2 || n - 2 > max) co_return false;
+    kind = char(h[4]);
+    flags = h[5];
+    begin_ += 6;
+    const std::size_t size = n - 2;
+    if (size <= kBuffer) {
+      if (!co_await fill(size)) co_return false;
+      body.assign(buf_.data() + begin_, buf_.data() + begin_ + size);
+      begin_ += size;
+      co_return true;
+    }
+    const std::size_t here = end_ - begin_;   // less than size: the buffer holds at most kBuffer
+    body.resize(size);
+    std::memcpy(body.data(), buf_.data() + begin_, here);
+    begin_ = end_ = 0;
+    boost::system::error_code ec;
+    co_await asio::async_read(s_, asio::buffer(body.data() + here, size - here), asio::redirect_error(asio::use_awaitable, ec));
+    co_return !ec;
+  }
+
+ private:
+  // Until at least `want` (<= kBuffer) unread bytes are buffered.
+  asio::awaitable<bool> fill(std::size_t want) {
+    if (begin_ == end_) begin_ = end_ = 0;
+    while (end_ - begin_ < want) {
+      if (begin_ > 0 && buf_.size() - begin_ < want) {   // move what is left to the front
+        std::memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);
+        end_ -= begin_;
+        begin_ = 0;
+      }
+      boost::system::error_code ec;
+      const std::size_t got = co_await s_.async_read_some(asio::buffer(buf_.data() + end_, buf_.size() - end_),
+                                                          asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) co_return false;
+      end_ += got;
+    }
+    co_return true;
+  }
+
+  tcp::socket& s_;
+  std::vector<char> buf_;
+  std::size_t begin_ = 0, end_ = 0;
+};
+
 asio::awaitable<bool> write_small(tcp::socket& s, char kind, const std::vector<char>& body) {
   std::vector<char> f(6 + body.size());
   put_header(f.data(), std::uint32_t(body.size()), kind, 0);
@@ -563,7 +620,8 @@ struct LinkLoops {
     std::uint64_t expected = 0;
     std::string why = "the peer closed the link";
     try {   // whatever happens, the link ends through finish() and its closed handler runs
-      while (co_await read_frame(m.socket, kMaxChunk, kind, flags, body)) {
+      FrameReader reader(m.socket);
+      while (co_await reader.next(kMaxChunk, kind, flags, body)) {
         m.last_heard.store(now_ns(), std::memory_order_relaxed);
         if (kind == kHeartbeat) continue;
         if (flags & kChunkFlag) {

@@ -148,6 +148,23 @@ TEST_CASE("links: both ends prove the token, and messages of any size arrive who
   REQUIRE(accepted->send('r', std::vector<char>{'o', 'k'}));
   REQUIRE(replies.wait_messages(1));
   CHECK(replies.got[0].second == std::vector<char>{'o', 'k'});
+
+  // The reader cuts frames from a 64 KiB buffer: bodies just under, at and over its size, and
+  // over a chunk, back to back with one-byte ones, so that frames straddle every boundary.
+  const std::vector<std::size_t> sizes{65530, 1, 65536, 1, 65537, 3, 70000, 1, 131075, 2, 300000, 5, 65535};
+  std::vector<std::vector<char>> sent;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    sent.push_back(pattern(sizes[i], unsigned(100 + i)));
+    REQUIRE(accepted->send('s', sent.back()));
+  }
+  REQUIRE(replies.wait_messages(1 + sizes.size()));
+  {
+    std::lock_guard lk(replies.mu);
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      CHECK(replies.got[1 + i].first == 's');
+      CHECK(replies.got[1 + i].second == sent[i]);
+    }
+  }
   link->close();
   CHECK(server.inbox.wait_closed(5s));
   CHECK(server.inbox.end == net::LinkEnd::Lost);   // the peer closed it, and its process runs on
