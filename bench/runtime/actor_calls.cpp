@@ -9,6 +9,7 @@
 //   ucx_am_busy_rtt_us              the same over UCX active messages (shared memory), both sides
 //                                   busy-polling; ucx_am_wait_rtt_us: parking between messages
 //   --seconds S   wall time per case (default 2)
+//   --xproc-only  the cross-process patterns alone (xproc_* keys): for a profiler, or quick pairs
 #include <nlohmann/json.hpp>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -202,14 +203,24 @@ int main(int argc, char** argv) {
   if (bench::ucx_am_peer(argc, argv)) return 0;   // this process is the UCX ping-pong's other side
   auto rt = troupe::init(argc, argv);   // worker processes of the xproc cases run this binary too
   double seconds = 2.0;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], "--seconds") == 0) seconds = std::atof(argv[i + 1]);
+  bool xproc_only = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) seconds = std::atof(argv[i + 1]);
+    if (std::strcmp(argv[i], "--xproc-only") == 0) xproc_only = true;
   }
   if (seconds <= 0) {
     std::fprintf(stderr, "actor_calls: --seconds must be positive\n");
     return 2;
   }
   std::map<std::string, double> troupe_figures;
+  if (xproc_only) {
+    run_patterns(rt, troupe::Options{}.process(true), bench::kCallers * 2, 4, seconds, "xproc_", troupe_figures);
+    rt.shutdown();
+    nlohmann::json j;
+    for (auto& [k, v] : troupe_figures) j[k] = k.ends_with("_cpu_us") ? std::round(v * 100) / 100 : std::round(v);
+    std::cout << j.dump() << std::endl;
+    return 0;
+  }
   run_patterns(rt, troupe::Options{}, bench::kMembers, 100, seconds, "", troupe_figures);
   run_patterns(rt, troupe::Options{}.process(true), bench::kCallers * 2, 4, seconds, "xproc_", troupe_figures);
   const double first_call = first_call_after_ready(rt);

@@ -41,6 +41,9 @@ namespace {
 
 // How long the io thread looks for more work after a handler before it parks (LinkHub::Impl::serve).
 constexpr auto kLinger = std::chrono::microseconds(50);
+// Batched messages (Send::Batched): bodies up to kBatchedBody wait in a link's outbox, which is
+// written out whole once it holds kOutbox bytes, if nothing flushed it before.
+constexpr std::size_t kBatchedBody = 16u << 10, kOutbox = 64u << 10;
 constexpr std::uint32_t kMaxHandshakeFrame = 4096;
 // A chunk; the first one (its body opens with the message's u64 size, so that the receiver makes
 // room once instead of growing a buffer of hundreds of megabytes on its io thread); the last one.
@@ -191,6 +194,22 @@ bool peer_exited(const PeerIdentity& peer) {
   return peer.start_time != 0 && process_start_time(peer.pid) != peer.start_time;   // the pid is reused
 }
 
+namespace {
+
+// Links (of every hub in this process) with batched messages in their outbox.
+struct Batched {
+  std::mutex mu;
+  std::vector<std::shared_ptr<Link>> links;
+  std::atomic<bool> any{false};   // links is not empty: a look costs one load when nothing waits
+};
+
+Batched& batched() {
+  static Batched b;
+  return b;
+}
+
+}  // namespace
+
 // ---- the hub ------------------------------------------------------------------------------------
 
 struct LinkHub::Impl : std::enable_shared_from_this<LinkHub::Impl> {
@@ -212,24 +231,33 @@ struct LinkHub::Impl : std::enable_shared_from_this<LinkHub::Impl> {
   std::thread thread;
   std::future<void> ran;   // ready once the io thread's run() has returned
   std::atomic<std::uint64_t> sent{0}, received{0};   // messages (not heartbeats)
+  // While the io thread is in its linger loop it writes out batched messages on each look
+  // (flush_batched); otherwise their sender does.
+  std::atomic<bool> looking{false};
 
   // The io thread. After each handler it keeps looking for more work for a moment (kLinger),
   // giving its core to any other runnable thread between looks, before it parks in epoll_wait:
   // the reply to a call, or a synchronous caller's next call, usually comes within microseconds,
   // while waking a parked thread costs ~40 us on a small VM. A hub with nothing coming parks
   // kLinger after its last handler (a heartbeat every 500 ms: ~0.01 % of a core).
+  // Each look also writes out the outboxes of batched messages (one write for all of a link's).
   void serve() {
     for (;;) {
       if (io.run_one() == 0) return;   // parked until something is ready; 0: out of work (stopped)
+      looking.store(true);
       auto until = Clock::now() + kLinger;
       for (;;) {
         const std::size_t ran = io.poll();
-        if (io.stopped()) return;
+        flush_batched();
+        if (io.stopped()) break;
         const auto now = Clock::now();
         if (ran > 0) until = now + kLinger;
         else if (now >= until) break;
         else sched_yield();
       }
+      looking.store(false);   // from here a batched message's sender writes it out itself...
+      flush_batched();        // ...and what was queued before is written now (seq_cst: none is missed)
+      if (io.stopped()) return;
     }
   }
 
@@ -250,7 +278,9 @@ struct Link::Impl {
   tcp::socket socket;
   asio::steady_timer timer;
   int fd;
-  std::mutex write_mu;   // one frame at a time
+  std::mutex write_mu;   // one frame at a time; guards the outbox
+  std::vector<char> outbox;   // batched frames (headers included) not yet written
+  bool dirty = false;         // on the list of links with batched messages (Batched::mu)
   std::mutex bulk_mu;    // one chunked message at a time (small ones pass between its chunks)
   MessageHandler on_message;
   ClosedHandler on_closed;
@@ -265,14 +295,45 @@ struct Link::Impl {
     if (pidfd >= 0) ::close(pidfd);
   }
 
-  // Writes one frame whole (sendmsg, header and body together), or gives up at the deadline.
-  // write_mu held. False on an error or the timeout: the stream is then unusable.
+  // Writes the outbox, then one frame whole (one sendmsg for all when the socket takes them), or
+  // gives up at the deadline. write_mu held. False on an error or the timeout: the stream is then
+  // unusable. A heartbeat (`!wait`) goes only when the outbox is empty, and is skipped, unwritten,
+  // when the socket is full.
   bool write_frame(char kind, std::uint8_t flags, const char* data, std::size_t size, bool wait) {
+    if (!wait && !outbox.empty()) return true;   // frames are going out: no heartbeat needed
     char header[6];
     put_header(header, std::uint32_t(size), kind, flags);
-    iovec iov[2] = {{header, sizeof header}, {const_cast<char*>(data), size}};
-    int parts = size > 0 ? 2 : 1;
-    std::size_t left = sizeof header + size;
+    iovec iov[3];
+    int parts = 0;
+    if (!outbox.empty()) iov[parts++] = {outbox.data(), outbox.size()};
+    iov[parts++] = {header, sizeof header};
+    if (size > 0) iov[parts++] = {const_cast<char*>(data), size};
+    const bool ok = write_all(iov, parts, wait);
+    if (ok) outbox.clear();
+    return ok;
+  }
+
+  // Writes the outbox alone. write_mu held.
+  bool write_outbox() {
+    if (outbox.empty()) return true;
+    iovec iov{outbox.data(), outbox.size()};
+    const bool ok = write_all(&iov, 1, true);
+    if (ok) outbox.clear();
+    return ok;
+  }
+
+  // Appends a frame to the outbox. write_mu held.
+  void queue_frame(char kind, const char* data, std::size_t size) {
+    char header[6];
+    put_header(header, std::uint32_t(size), kind, 0);
+    outbox.insert(outbox.end(), header, header + sizeof header);
+    outbox.insert(outbox.end(), data, data + size);
+  }
+
+  bool write_all(iovec* iov, int parts, bool wait) {
+    std::size_t left = 0;
+    for (int i = 0; i < parts; ++i) left += iov[i].iov_len;
+    const std::size_t total = left;
     const auto deadline = Clock::now() + hub->opts.send_timeout;
     int at = 0;
     while (left > 0) {
@@ -283,7 +344,7 @@ struct Link::Impl {
       if (n < 0) {
         if (errno == EINTR) continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK) return false;
-        if (!wait && left == sizeof header + size) return true;   // a heartbeat: skip it, nothing written
+        if (!wait && left == total) return true;   // a heartbeat: skip it, nothing written
         auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
         if (ms <= 0) return false;
         pollfd p{fd, POLLOUT, 0};
@@ -317,12 +378,37 @@ void Link::set_handlers(MessageHandler on_message, ClosedHandler on_closed) {
   impl_->on_closed = std::move(on_closed);
 }
 
-bool Link::send(char kind, const std::vector<char>& body) { return send(kind, body.data(), body.size()); }
+bool Link::send(char kind, const std::vector<char>& body, Send how) { return send(kind, body.data(), body.size(), how); }
 
-bool Link::send(char kind, const char* data, std::size_t size) {
+bool Link::send(char kind, const char* data, std::size_t size, Send how) {
   if (closed() || kind == kHeartbeat || size > kMaxMessage) return false;
   auto& m = *impl_;
   m.hub->sent.fetch_add(1, std::memory_order_relaxed);
+  if (how == Send::Batched && size <= kBatchedBody) {
+    bool full = false;
+    {
+      std::lock_guard lk(m.write_mu);
+      if (closed()) return false;
+      m.queue_frame(kind, data, size);
+      full = m.outbox.size() >= kOutbox;
+    }
+    if (!full) {
+      auto& b = batched();
+      {
+        std::lock_guard lk(b.mu);
+        if (!m.dirty) {
+          m.dirty = true;
+          b.links.push_back(shared_from_this());
+          b.any.store(true);   // seq_cst, like the load of `looking` below and the io thread's pair
+        }
+      }
+      if (m.hub->looking.load()) return true;   // its io thread writes it on its next look (seq_cst)
+      flush_batched();   // the io thread is parked: this one writes it (and takes it off the list)
+    } else {
+      flush();
+    }
+    return !closed();
+  }
   if (size <= kMaxChunk) {
     std::lock_guard lk(m.write_mu);
     if (closed()) return false;
@@ -350,6 +436,26 @@ bool Link::send(char kind, const char* data, std::size_t size) {
   }
   close("a send failed or timed out (the peer stopped reading)");
   return false;
+}
+
+void Link::flush() {
+  auto& m = *impl_;
+  std::lock_guard lk(m.write_mu);
+  if (closed() || m.outbox.empty()) return;
+  if (!m.write_outbox()) close("a send failed or timed out (the peer stopped reading)");
+}
+
+void flush_batched() {
+  auto& b = batched();
+  if (!b.any.load()) return;
+  std::vector<std::shared_ptr<Link>> links;
+  {
+    std::lock_guard lk(b.mu);
+    links.swap(b.links);
+    b.any.store(false, std::memory_order_relaxed);
+    for (auto& l : links) l->impl_->dirty = false;
+  }
+  for (auto& l : links) l->flush();
 }
 
 void Link::close(const std::string& why) {

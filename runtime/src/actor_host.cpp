@@ -121,11 +121,15 @@ void run_remote(Host* self, ActorCell& cell, WireCall& wc, const std::shared_ptr
         auto* st = later.state().get();   // alive while it runs its callbacks
         st->on_ready([reply = std::move(reply), sink, st]() mutable {
           if (st->has_error()) reply.set_error(st->error()); else set_result(reply, st->value());
-          sink->reply(reply);
+          sink->reply(reply, false);
         });
         return;
       }
       if (r.ok()) set_result(reply, r.value()); else reply.set_error(r.error());
+      // Calls queued behind this one: its reply may wait to leave with theirs (the io thread
+      // writes it within microseconds, the last one of a run goes at once).
+      sink->reply(reply, !self->mailbox().empty());
+      return;
     } catch (const DecodeError& e) {
       reply.set_error(Error{ErrorCode::BadArguments, "arguments: " + e.error().message});
     } catch (const ErrorException& e) {   // its tensor arguments could not be fetched
@@ -134,7 +138,7 @@ void run_remote(Host* self, ActorCell& cell, WireCall& wc, const std::shared_ptr
       reply.set_error(Error{ErrorCode::Internal, std::string("could not take the call: ") + e.what()});
     }
   }
-  sink->reply(reply);
+  sink->reply(reply, false);
 }
 
 caf::behavior host(Host* self, std::shared_ptr<ActorCell> cell, const ActorTypeInfo* type, Factory factory,

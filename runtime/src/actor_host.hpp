@@ -30,7 +30,8 @@ struct CallMsg {
 class ReplySink {
  public:
   virtual ~ReplySink() = default;
-  virtual void reply(const WireReply& r) = 0;
+  // `more`: further calls wait in the host's mailbox, so the reply may be batched with theirs.
+  virtual void reply(const WireReply& r, bool more) = 0;
 };
 
 // A call from another process, as its host receives it (a local CAF message, never serialised).

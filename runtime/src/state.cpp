@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "troupe/future.hpp"
+#include "troupe/net/link.hpp"
 
 namespace troupe::detail {
 namespace {
@@ -24,8 +25,13 @@ inline void cpu_relax() {
 
 }  // namespace
 
+// A wait for a reply from another process first writes out this process's batched link messages:
+// the call it waits for may be one of them (net::Link::Send::Batched); one atomic load when none
+// waits. (A wait for a local state leaves them to the io thread or their sender: microseconds.)
 void StateBase::wait() {
+  if (ready()) return;
   if (remote_.load(std::memory_order_relaxed)) {
+    net::flush_batched();
     for (const auto until = std::chrono::steady_clock::now() + kYieldFor; std::chrono::steady_clock::now() < until;) {
       if (ready()) return;
       sched_yield();
@@ -44,6 +50,7 @@ void StateBase::wait() {
 
 bool StateBase::wait_until(std::chrono::steady_clock::time_point deadline) {
   if (ready()) return true;
+  if (remote_.load(std::memory_order_relaxed)) net::flush_batched();
   std::unique_lock lk(mu_);
   ++waiters_;
   bool ok = cv_.wait_until(lk, deadline, [&] { return ready(); });
@@ -82,6 +89,7 @@ void StateBase::on_ready(std::function<void()> cb) {
 std::size_t wait_any_state(const std::vector<StateBase*>& states) {
   if (states.empty()) return 0;
   for (std::size_t i = 0; i < states.size(); ++i) if (states[i]->ready()) return i;
+  net::flush_batched();   // whichever of them is a remote call's, it may be batched still
   struct Latch {
     std::mutex mu;
     std::condition_variable cv;

@@ -173,6 +173,38 @@ TEST_CASE("links: both ends prove the token, and messages of any size arrive who
   CHECK_FALSE(link->send('m', std::vector<char>{1}));   // a closed link takes nothing
 }
 
+TEST_CASE("links: batched messages leave in order with the others, and none is left in an outbox") {
+  Server server("secret");
+  net::LinkHub client("secret", net::self_identity("client"));
+  Inbox replies;
+  auto link = client.connect(server.address, replies.on_message(), replies.on_closed(), 5s);
+  REQUIRE(link != nullptr);
+  using net::Link;
+  // Batched and immediate ones mixed, over the outbox's 64 KiB, and bodies over the batched size.
+  std::vector<std::vector<char>> sent;
+  for (int i = 0; i < 300; ++i) {
+    sent.push_back(pattern(i % 50 == 7 ? 20000 : std::size_t(1 + i * 13 % 4096), unsigned(i)));
+    REQUIRE(link->send('m', sent.back(), i % 10 == 9 ? Link::Send::Now : Link::Send::Batched));
+  }
+  REQUIRE(server.inbox.wait_messages(sent.size()));
+  {
+    std::lock_guard lk(server.inbox.mu);
+    for (std::size_t i = 0; i < sent.size(); ++i) CHECK(server.inbox.got[i].second == sent[i]);
+  }
+  // With no flush and nothing else sent: after the io thread has parked, and right after it ran
+  // (a heartbeat, or the message above), the message still leaves.
+  for (auto pause : {50ms, 0ms, 1ms}) {
+    std::this_thread::sleep_for(pause);
+    const std::size_t before = sent.size();
+    sent.push_back(pattern(100, unsigned(before)));
+    REQUIRE(link->send('m', sent.back(), Link::Send::Batched));
+    REQUIRE(server.inbox.wait_messages(before + 1, 2s));
+  }
+  net::flush_batched();   // nothing left: a no-op
+  link->close();
+  CHECK_FALSE(link->send('m', std::vector<char>{1}, Link::Send::Batched));   // a closed link takes nothing
+}
+
 TEST_CASE("links: a wrong or missing token, random bytes and a stalled handshake are refused, and only they") {
   net::LinkOptions quick;
   quick.handshake_timeout = 300ms;

@@ -22,7 +22,7 @@ constexpr auto kConnectTimeout = std::chrono::seconds(5);
 class LinkSink final : public detail::ReplySink {
  public:
   explicit LinkSink(std::weak_ptr<net::Link> link) : link_(std::move(link)) {}
-  void reply(const detail::WireReply& r) override {
+  void reply(const detail::WireReply& r, bool more) override {
     auto link = link_.lock();
     if (!link) return;   // the caller went away: nobody waits for this reply
     std::vector<char> body;
@@ -36,7 +36,7 @@ class LinkSink final : public detail::ReplySink {
       e.set_error(Error{ErrorCode::MethodFailed, "the result is too large for one reply (over 4 GiB of encoded bytes)"});
       body = net::encode_reply(e);
     }
-    link->send(kReply, body);
+    link->send(kReply, body, more ? net::Link::Send::Batched : net::Link::Send::Now);
   }
 
  private:
@@ -174,7 +174,7 @@ void Peers::serve_call(net::Link& link, std::vector<char>& body) {
   r.seq = call.seq;
   r.set_error(Error{ErrorCode::ActorDied, "actor " + std::to_string(call.actor_id) + " incarnation " +
                                               std::to_string(call.incarnation) + " is not hosted here"});
-  sink->reply(r);
+  sink->reply(r, false);
 }
 
 void Peers::take_reply(net::Link& link, std::vector<char>& body) {

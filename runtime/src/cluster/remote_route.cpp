@@ -26,7 +26,9 @@ detail::Sent LinkRoute::send(detail::Attempt&& a) {
     detail::release_regions(wp.regions);
     return detail::Sent{nullptr, {}, Error{ErrorCode::BadArguments, "the arguments are too large for one call (over 4 GiB encoded)"}};
   }
-  if (!link_->send('C', body)) {   // the link ended just now: unsent, the args given back
+  // Batched: calls made in a row leave in one write; the caller's wait, or the io thread within
+  // microseconds, writes it out.
+  if (!link_->send('C', body, net::Link::Send::Batched)) {   // the link ended just now: unsent, the args given back
     detail::release_regions(wp.regions);
     a.args.bytes = std::move(c.args);
     return detail::Sent{nullptr, {}, std::nullopt};

@@ -33,7 +33,7 @@ caf::behavior tenfold_host(caf::event_based_actor*, int) {
     r.seq = cc.call.seq;
     auto [x] = troupe::decode_args<int>(troupe::Payload{cc.call.args, {}});
     r.result = troupe::encode_value(x * 10).bytes;
-    cc.sink->reply(r);
+    cc.sink->reply(r, false);
   }};
 }
 

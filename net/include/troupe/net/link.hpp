@@ -71,11 +71,20 @@ class Link : public std::enable_shared_from_this<Link> {
   Link(const Link&) = delete;
   Link& operator=(const Link&) = delete;
 
+  // How a message leaves. Now: this call writes it (and any batched ones before it). Batched: a
+  // small message may wait in the link's outbox for others to go in the same write: the io
+  // thread writes the outbox on its next look for work (microseconds) while it is looking, this
+  // call writes it when the io thread is parked, and so does flush(), the next Now message, or an
+  // outbox over 64 KiB. Either way messages leave in the order they were sent.
+  enum class Send { Now, Batched };
+
   // Sends one message (kind: any byte but the reserved heartbeat 'h'). Thread-safe; blocks until
-  // the bytes are handed to the kernel, at most send_timeout. False once the link is closed (the
-  // message was not sent) or the body exceeds kMaxMessage.
-  bool send(char kind, const std::vector<char>& body);
-  bool send(char kind, const char* data, std::size_t size);
+  // the bytes are handed to the kernel (or, Batched, the outbox), at most send_timeout. False once
+  // the link is closed (the message was not sent) or the body exceeds kMaxMessage.
+  bool send(char kind, const std::vector<char>& body, Send how = Send::Now);
+  bool send(char kind, const char* data, std::size_t size, Send how = Send::Now);
+  // Writes the outbox's batched messages now. A write that fails closes the link.
+  void flush();
   // Closes the link; the closed handler runs once. Idempotent, from any thread.
   void close(const std::string& why = "closed here");
   bool closed() const { return closed_.load(std::memory_order_acquire); }
@@ -89,6 +98,7 @@ class Link : public std::enable_shared_from_this<Link> {
  private:
   friend class LinkHub;
   friend struct LinkLoops;
+  friend void flush_batched();
   explicit Link(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
   PeerIdentity peer_;
@@ -97,6 +107,10 @@ class Link : public std::enable_shared_from_this<Link> {
 };
 
 // A process's links: the io thread, a listener (optional) and the links it opened or accepted.
+// Writes the batched messages of every link in this process now: a thread about to wait for
+// their replies calls it, so that a call is not left in an outbox while its caller waits.
+void flush_batched();
+
 class LinkHub {
  public:
   // Called on the io thread with each newly authenticated incoming link; it must call
