@@ -278,9 +278,14 @@ struct Link::Impl {
   tcp::socket socket;
   asio::steady_timer timer;
   int fd;
-  std::mutex write_mu;   // one frame at a time; guards the outbox
-  std::vector<char> outbox;   // batched frames (headers included) not yet written
-  bool dirty = false;         // on the list of links with batched messages (Batched::mu)
+  std::mutex write_mu;   // one write at a time; guards `sending`
+  // Batched frames (headers included) not yet written. A sender appends under out_mu alone, so it
+  // never waits for a write in progress; a writer takes the whole outbox (into `sending`) under
+  // write_mu, so frames still leave in order.
+  std::mutex out_mu;
+  std::vector<char> outbox;    // out_mu
+  std::vector<char> sending;   // write_mu: the outbox being written
+  bool dirty = false;          // on the list of links with batched messages (Batched::mu)
   std::mutex bulk_mu;    // one chunked message at a time (small ones pass between its chunks)
   MessageHandler on_message;
   ClosedHandler on_closed;
@@ -297,32 +302,44 @@ struct Link::Impl {
 
   // Writes the outbox, then one frame whole (one sendmsg for all when the socket takes them), or
   // gives up at the deadline. write_mu held. False on an error or the timeout: the stream is then
-  // unusable. A heartbeat (`!wait`) goes only when the outbox is empty, and is skipped, unwritten,
-  // when the socket is full.
+  // unusable. A heartbeat (`!wait`) goes alone, only when the outbox is empty, and is skipped,
+  // unwritten, when the socket is full.
   bool write_frame(char kind, std::uint8_t flags, const char* data, std::size_t size, bool wait) {
-    if (!wait && !outbox.empty()) return true;   // frames are going out: no heartbeat needed
+    if (!wait) {   // a heartbeat: none needed while frames are going out; it never takes them
+      std::lock_guard lk(out_mu);
+      if (!outbox.empty()) return true;
+    } else {
+      take_outbox();
+    }
     char header[6];
     put_header(header, std::uint32_t(size), kind, flags);
     iovec iov[3];
     int parts = 0;
-    if (!outbox.empty()) iov[parts++] = {outbox.data(), outbox.size()};
+    if (!sending.empty()) iov[parts++] = {sending.data(), sending.size()};
     iov[parts++] = {header, sizeof header};
     if (size > 0) iov[parts++] = {const_cast<char*>(data), size};
     const bool ok = write_all(iov, parts, wait);
-    if (ok) outbox.clear();
+    sending.clear();   // written, or the link is done
     return ok;
   }
 
   // Writes the outbox alone. write_mu held.
   bool write_outbox() {
-    if (outbox.empty()) return true;
-    iovec iov{outbox.data(), outbox.size()};
+    take_outbox();
+    if (sending.empty()) return true;
+    iovec iov{sending.data(), sending.size()};
     const bool ok = write_all(&iov, 1, true);
-    if (ok) outbox.clear();
+    sending.clear();
     return ok;
   }
 
-  // Appends a frame to the outbox. write_mu held.
+  // Moves the outbox into `sending` (empty). write_mu held.
+  void take_outbox() {
+    std::lock_guard lk(out_mu);
+    sending.swap(outbox);
+  }
+
+  // Appends a frame to the outbox. out_mu held.
   void queue_frame(char kind, const char* data, std::size_t size) {
     char header[6];
     put_header(header, std::uint32_t(size), kind, 0);
@@ -387,7 +404,7 @@ bool Link::send(char kind, const char* data, std::size_t size, Send how) {
   if (how == Send::Batched && size <= kBatchedBody) {
     bool full = false;
     {
-      std::lock_guard lk(m.write_mu);
+      std::lock_guard lk(m.out_mu);
       if (closed()) return false;
       m.queue_frame(kind, data, size);
       full = m.outbox.size() >= kOutbox;
@@ -441,7 +458,7 @@ bool Link::send(char kind, const char* data, std::size_t size, Send how) {
 void Link::flush() {
   auto& m = *impl_;
   std::lock_guard lk(m.write_mu);
-  if (closed() || m.outbox.empty()) return;
+  if (closed()) return;
   if (!m.write_outbox()) close("a send failed or timed out (the peer stopped reading)");
 }
 
