@@ -286,6 +286,7 @@ struct Link::Impl {
   std::vector<char> outbox;    // out_mu
   std::vector<char> sending;   // write_mu: the outbox being written
   bool dirty = false;          // on the list of links with batched messages (Batched::mu)
+  std::atomic<bool> awaiting_write{false};   // the io thread waits for the socket to take more
   std::mutex bulk_mu;    // one chunked message at a time (small ones pass between its chunks)
   MessageHandler on_message;
   ClosedHandler on_closed;
@@ -331,6 +332,36 @@ struct Link::Impl {
     const bool ok = write_all(&iov, 1, true);
     sending.clear();
     return ok;
+  }
+
+  // Writes what it can of the outbox without waiting: true when it is all out (or the link is
+  // done); false when the socket is full or a writer holds write_mu (that writer, or the io
+  // thread once the socket takes more, writes the rest: see Link::flush_some).
+  bool try_write_outbox() {
+    std::unique_lock lk(write_mu, std::try_to_lock);
+    if (!lk.owns_lock()) return false;
+    if (!fd_open) return true;
+    take_outbox();
+    std::size_t off = 0;
+    while (off < sending.size()) {
+      ssize_t n = ::send(fd, sending.data() + off, sending.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      if (n < 0) {   // the stream is broken: its read loop sees the end
+        sending.clear();
+        ::shutdown(fd, SHUT_RDWR);
+        return true;
+      }
+      off += std::size_t(n);
+    }
+    if (off > 0) last_sent.store(now_ns(), std::memory_order_relaxed);
+    if (off < sending.size()) {   // the rest goes first, before anything queued meanwhile
+      std::lock_guard ol(out_mu);
+      outbox.insert(outbox.begin(), sending.begin() + std::ptrdiff_t(off), sending.end());
+    }
+    sending.clear();
+    std::lock_guard ol(out_mu);
+    return outbox.empty();
   }
 
   // Moves the outbox into `sending` (empty). write_mu held.
@@ -422,7 +453,7 @@ bool Link::send(char kind, const char* data, std::size_t size, Send how) {
       if (m.hub->looking.load()) return true;   // its io thread writes it on its next look (seq_cst)
       flush_batched();   // the io thread is parked: this one writes it (and takes it off the list)
     } else {
-      flush();
+      flush();   // a full outbox: this sender waits for the socket, as a Now send does
     }
     return !closed();
   }
@@ -462,6 +493,26 @@ void Link::flush() {
   if (!m.write_outbox()) close("a send failed or timed out (the peer stopped reading)");
 }
 
+void Link::flush_some() {
+  auto& m = *impl_;
+  if (closed() || m.try_write_outbox()) return;
+  // The rest waits for the socket (or for the writer holding it): the io thread writes it when
+  // the socket takes more, so that no thread blocks on a peer that stopped reading.
+  if (m.awaiting_write.exchange(true)) return;
+  asio::post(m.hub->io, [self = shared_from_this()] { self->await_writable(); });
+}
+
+void Link::await_writable() {   // on the io thread
+  auto& m = *impl_;
+  m.socket.async_wait(tcp::socket::wait_write, [self = shared_from_this()](const boost::system::error_code& ec) {
+    auto& im = *self->impl_;
+    im.awaiting_write.store(false);
+    if (ec || self->closed()) return;
+    self->flush_some();
+  });
+}
+
+// Never blocks: each link's outbox goes as far as its socket takes it now (Link::flush_some).
 void flush_batched() {
   auto& b = batched();
   if (!b.any.load()) return;
@@ -472,7 +523,7 @@ void flush_batched() {
     b.any.store(false, std::memory_order_relaxed);
     for (auto& l : links) l->impl_->dirty = false;
   }
-  for (auto& l : links) l->flush();
+  for (auto& l : links) l->flush_some();
 }
 
 void Link::close(const std::string& why) {

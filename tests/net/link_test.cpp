@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -203,6 +204,78 @@ TEST_CASE("links: batched messages leave in order with the others, and none is l
   net::flush_batched();   // nothing left: a no-op
   link->close();
   CHECK_FALSE(link->send('m', std::vector<char>{1}, Link::Send::Batched));   // a closed link takes nothing
+}
+
+TEST_CASE("links: a batched message to a peer that stopped reading blocks no thread, and leaves once it reads") {
+  // The server's io thread stops in its first message's handler, so it reads nothing more.
+  std::mutex gate_mu;
+  std::condition_variable gate_cv;
+  bool open_gate = false;
+  Inbox inbox;
+  net::LinkHub server_hub("secret", net::self_identity("server"));
+  const auto address = server_hub.listen("127.0.0.1", [&](const std::shared_ptr<net::Link>& l) {
+    auto keep = inbox.on_message();
+    l->set_handlers([&, keep](net::Link& link, char kind, std::vector<char>& body) {
+      if (kind == 'x') {
+        std::unique_lock lk(gate_mu);
+        gate_cv.wait(lk, [&] { return open_gate; });
+      }
+      keep(link, kind, body);
+    }, inbox.on_closed());
+  });
+  net::LinkOptions patient;
+  patient.send_timeout = 60s;
+  patient.silence_limit = 60s;
+  net::LinkHub client("secret", net::self_identity("client"), patient);
+  Inbox replies;
+  auto link = client.connect(address, replies.on_message(), replies.on_closed(), 5s);
+  REQUIRE(link != nullptr);
+  using net::Link;
+  REQUIRE(link->send('x', std::vector<char>{}));
+  // A sender fills the socket and blocks in a write (holding the link's writer) until it reads.
+  const auto chunk = pattern(256u << 10, 1);
+  std::atomic<int> stuffed{0};
+  std::thread stuffer([&] {
+    for (int i = 0; i < 256; ++i) {   // 64 MiB: more than both sockets' buffers hold
+      if (!link->send('s', chunk)) return;
+      stuffed.fetch_add(1);
+    }
+  });
+  for (int last = -1; stuffed.load() != last;) {   // until it has stopped making progress
+    last = stuffed.load();
+    std::this_thread::sleep_for(300ms);
+  }
+  const int stuffed_before = stuffed.load();
+  REQUIRE(stuffed_before < 256);
+  // Batched sends, and the flush a waiting caller makes, return at once: nothing waits for the
+  // socket (a blocking write would hold this thread for the 60 s send timeout).
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto small = pattern(100, 2);
+  for (int i = 0; i < 10; ++i) REQUIRE(link->send('b', small, Link::Send::Batched));
+  net::flush_batched();
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);
+  {
+    std::lock_guard lk(gate_mu);
+    open_gate = true;
+  }
+  gate_cv.notify_all();
+  stuffer.join();
+  REQUIRE(inbox.wait_messages(1 + 256 + 10, 30s));
+  // Each sender's messages in its order; the batched ones after every chunk sent before them.
+  std::lock_guard lk(inbox.mu);
+  std::size_t chunks = 0, batched = 0, first_batched = 0;
+  for (std::size_t i = 1; i < inbox.got.size(); ++i) {
+    if (inbox.got[i].first == 's') {
+      CHECK(inbox.got[i].second == chunk);
+      ++chunks;
+    } else {
+      CHECK(inbox.got[i] == std::make_pair('b', small));
+      if (batched++ == 0) first_batched = i;
+    }
+  }
+  CHECK(chunks == 256);
+  CHECK(batched == 10);
+  CHECK(first_batched > std::size_t(stuffed_before));
 }
 
 TEST_CASE("links: a wrong or missing token, random bytes and a stalled handshake are refused, and only they") {

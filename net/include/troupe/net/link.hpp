@@ -83,7 +83,8 @@ class Link : public std::enable_shared_from_this<Link> {
   // the link is closed (the message was not sent) or the body exceeds kMaxMessage.
   bool send(char kind, const std::vector<char>& body, Send how = Send::Now);
   bool send(char kind, const char* data, std::size_t size, Send how = Send::Now);
-  // Writes the outbox's batched messages now. A write that fails closes the link.
+  // Writes the outbox's batched messages now, waiting for the socket up to send_timeout. A write
+  // that fails closes the link.
   void flush();
   // Closes the link; the closed handler runs once. Idempotent, from any thread.
   void close(const std::string& why = "closed here");
@@ -99,6 +100,9 @@ class Link : public std::enable_shared_from_this<Link> {
   friend class LinkHub;
   friend struct LinkLoops;
   friend void flush_batched();
+  // Writes what the socket takes of the outbox now; the io thread writes the rest once it can.
+  void flush_some();
+  void await_writable();
   explicit Link(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
   PeerIdentity peer_;
@@ -107,8 +111,9 @@ class Link : public std::enable_shared_from_this<Link> {
 };
 
 // A process's links: the io thread, a listener (optional) and the links it opened or accepted.
-// Writes the batched messages of every link in this process now: a thread about to wait for
-// their replies calls it, so that a call is not left in an outbox while its caller waits.
+// Writes the batched messages of every link in this process, as far as each socket takes them
+// without waiting (the io thread writes any rest once it can): a thread about to wait for replies
+// calls it, so that its call is not left in an outbox meanwhile. Never blocks on a slow peer.
 void flush_batched();
 
 class LinkHub {
