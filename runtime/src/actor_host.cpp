@@ -105,6 +105,7 @@ void run_remote(Host* self, ActorCell& cell, WireCall& wc, const std::shared_ptr
   // A worker's hosts know the token; an in-process actor of another process serves calls from
   // outside only once exported (ActorCell::serve_remote), and with that token.
   const ActorCell::Served served = ctx.token.empty() ? cell.served() : ActorCell::Served{ctx.token, ctx.incarnation};
+  bool more = false;
   if (served.token.empty() || !net::token_matches(wc.token, served.token)) {
     reply.set_error(Error{ErrorCode::Unavailable, "refused: missing or wrong cluster token"});
   } else if (wc.incarnation != served.incarnation) {   // FT-2
@@ -128,8 +129,7 @@ void run_remote(Host* self, ActorCell& cell, WireCall& wc, const std::shared_ptr
       if (r.ok()) set_result(reply, r.value()); else reply.set_error(r.error());
       // Calls queued behind this one: its reply may wait to leave with theirs (the io thread
       // writes it within microseconds, the last one of a run goes at once).
-      sink->reply(reply, !self->mailbox().empty());
-      return;
+      more = !self->mailbox().empty();
     } catch (const DecodeError& e) {
       reply.set_error(Error{ErrorCode::BadArguments, "arguments: " + e.error().message});
     } catch (const ErrorException& e) {   // its tensor arguments could not be fetched
@@ -138,7 +138,7 @@ void run_remote(Host* self, ActorCell& cell, WireCall& wc, const std::shared_ptr
       reply.set_error(Error{ErrorCode::Internal, std::string("could not take the call: ") + e.what()});
     }
   }
-  sink->reply(reply, false);
+  sink->reply(reply, more);
 }
 
 caf::behavior host(Host* self, std::shared_ptr<ActorCell> cell, const ActorTypeInfo* type, Factory factory,
