@@ -1073,7 +1073,10 @@ void LinkHub::stop() {
     boost::system::error_code ec;
     if (m.acceptor) m.acceptor->close(ec);
   });
-  for (auto& l : open) l->close("this process is stopping its links");
+  for (auto& l : open) {
+    l->flush_some();   // batched messages still in an outbox go now, as far as the socket takes them
+    l->close("this process is stopping its links");
+  }
   open.clear();
   m.work.reset();
   // The read loops see their links end and return; the io thread then runs out of work. Bounded:
