@@ -25,6 +25,7 @@
 #include <cstring>
 #include <fstream>
 #include <future>
+#include <optional>
 #include <span>
 #include <sstream>
 #include <thread>
@@ -334,34 +335,30 @@ struct Link::Impl {
     return ok;
   }
 
-  // Writes what it can of the outbox without waiting: true when it is all out (or the link is
-  // done); false when the socket is full or a writer holds write_mu (that writer, or the io
-  // thread once the socket takes more, writes the rest: see Link::flush_some).
-  bool try_write_outbox() {
+  // Writes what it can of the outbox without waiting. Some: the socket is full, or a writer holds
+  // write_mu (the rest is at the outbox's front; Link::flush_some has the io thread finish it).
+  enum class Wrote { All, Some, Broken };
+  Wrote try_write_outbox() {
     std::unique_lock lk(write_mu, std::try_to_lock);
-    if (!lk.owns_lock()) return false;
-    if (!fd_open) return true;
+    if (!lk.owns_lock()) return Wrote::Some;
+    if (!fd_open) return Wrote::All;   // the link is done: nothing can be written
     take_outbox();
     std::size_t off = 0;
     while (off < sending.size()) {
       ssize_t n = ::send(fd, sending.data() + off, sending.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-      if (n < 0) {   // the stream is broken: its read loop sees the end
+      if (n < 0) {
         sending.clear();
-        ::shutdown(fd, SHUT_RDWR);
-        return true;
+        return Wrote::Broken;
       }
       off += std::size_t(n);
     }
     if (off > 0) last_sent.store(now_ns(), std::memory_order_relaxed);
-    if (off < sending.size()) {   // the rest goes first, before anything queued meanwhile
-      std::lock_guard ol(out_mu);
-      outbox.insert(outbox.begin(), sending.begin() + std::ptrdiff_t(off), sending.end());
-    }
-    sending.clear();
     std::lock_guard ol(out_mu);
-    return outbox.empty();
+    if (off < sending.size()) outbox.insert(outbox.begin(), sending.begin() + std::ptrdiff_t(off), sending.end());
+    sending.clear();
+    return outbox.empty() ? Wrote::All : Wrote::Some;
   }
 
   // Moves the outbox into `sending` (empty). write_mu held.
@@ -495,7 +492,13 @@ void Link::flush() {
 
 void Link::flush_some() {
   auto& m = *impl_;
-  if (closed() || m.try_write_outbox()) return;
+  if (closed()) return;
+  const auto wrote = m.try_write_outbox();
+  if (wrote == Impl::Wrote::All) return;
+  if (wrote == Impl::Wrote::Broken) {
+    close("a send failed (the stream is broken)");
+    return;
+  }
   // The rest waits for the socket (or for the writer holding it): the io thread writes it when
   // the socket takes more, so that no thread blocks on a peer that stopped reading.
   if (m.awaiting_write.exchange(true)) return;
@@ -536,17 +539,24 @@ void Link::close(const std::string& why) {
 
 namespace {
 
+// A frame's 6-byte header (put_header's): its body size, or nullopt when over `max` or malformed.
+std::optional<std::size_t> parse_header(const unsigned char* h, std::uint32_t max, char& kind, std::uint8_t& flags) {
+  std::uint32_t n = std::uint32_t(h[0]) | std::uint32_t(h[1]) << 8 | std::uint32_t(h[2]) << 16 | std::uint32_t(h[3]) << 24;
+  if (n < 2 || n - 2 > max) return std::nullopt;
+  kind = char(h[4]);
+  flags = h[5];
+  return std::size_t(n - 2);
+}
+
 asio::awaitable<bool> read_frame(tcp::socket& s, std::uint32_t max, char& kind, std::uint8_t& flags,
                                  std::vector<char>& body) {
   boost::system::error_code ec;
   unsigned char h[6];
   co_await asio::async_read(s, asio::buffer(h, sizeof h), asio::redirect_error(asio::use_awaitable, ec));
   if (ec) co_return false;
-  std::uint32_t n = std::uint32_t(h[0]) | std::uint32_t(h[1]) << 8 | std::uint32_t(h[2]) << 16 | std::uint32_t(h[3]) << 24;
-  if (n < 2 || n - 2 > max) co_return false;
-  kind = char(h[4]);
-  flags = h[5];
-  body.resize(n - 2);
+  const auto size = parse_header(h, max, kind, flags);
+  if (!size) co_return false;
+  body.resize(*size);
   if (!body.empty()) {
     co_await asio::async_read(s, asio::buffer(body), asio::redirect_error(asio::use_awaitable, ec));
     if (ec) co_return false;
@@ -565,13 +575,10 @@ class FrameReader {
   // The next frame, or false at EOF, on an error or on a size over `max`.
   asio::awaitable<bool> next(std::uint32_t max, char& kind, std::uint8_t& flags, std::vector<char>& body) {
     if (!co_await fill(6)) co_return false;
-    const auto* h = reinterpret_cast<const unsigned char*>(buf_.data() + begin_);
-    std::uint32_t n = std::uint32_t(h[0]) | std::uint32_t(h[1]) << 8 | std::uint32_t(h[2]) << 16 | std::uint32_t(h[3]) << 24;
-    if (n < 2 || n - 2 > max) co_return false;
-    kind = char(h[4]);
-    flags = h[5];
+    const auto parsed = parse_header(reinterpret_cast<const unsigned char*>(buf_.data() + begin_), max, kind, flags);
+    if (!parsed) co_return false;
     begin_ += 6;
-    const std::size_t size = n - 2;
+    const std::size_t size = *parsed;
     if (size <= kBuffer) {
       if (!co_await fill(size)) co_return false;
       body.assign(buf_.data() + begin_, buf_.data() + begin_ + size);

@@ -74,8 +74,8 @@ class Link : public std::enable_shared_from_this<Link> {
   // How a message leaves. Now: this call writes it (and any batched ones before it). Batched: a
   // small message may wait in the link's outbox for others to go in the same write: the io
   // thread writes the outbox on its next look for work (microseconds) while it is looking, this
-  // call writes it when the io thread is parked, and so does flush(), the next Now message, or an
-  // outbox over 64 KiB. Either way messages leave in the order they were sent.
+  // call writes it when the io thread is parked, and so do flush_batched(), the next Now message,
+  // or an outbox over 64 KiB. Either way messages leave in the order they were sent.
   enum class Send { Now, Batched };
 
   // Sends one message (kind: any byte but the reserved heartbeat 'h'). Thread-safe; blocks until
@@ -83,9 +83,6 @@ class Link : public std::enable_shared_from_this<Link> {
   // the link is closed (the message was not sent) or the body exceeds kMaxMessage.
   bool send(char kind, const std::vector<char>& body, Send how = Send::Now);
   bool send(char kind, const char* data, std::size_t size, Send how = Send::Now);
-  // Writes the outbox's batched messages now, waiting for the socket up to send_timeout. A write
-  // that fails closes the link.
-  void flush();
   // Closes the link; the closed handler runs once. Idempotent, from any thread.
   void close(const std::string& why = "closed here");
   bool closed() const { return closed_.load(std::memory_order_acquire); }
@@ -100,6 +97,8 @@ class Link : public std::enable_shared_from_this<Link> {
   friend class LinkHub;
   friend struct LinkLoops;
   friend void flush_batched();
+  // Writes the outbox now, waiting for the socket up to send_timeout (a full outbox's sender).
+  void flush();
   // Writes what the socket takes of the outbox now; the io thread writes the rest once it can.
   void flush_some();
   void await_writable();
@@ -110,12 +109,12 @@ class Link : public std::enable_shared_from_this<Link> {
   std::atomic<bool> closed_{false};
 };
 
-// A process's links: the io thread, a listener (optional) and the links it opened or accepted.
 // Writes the batched messages of every link in this process, as far as each socket takes them
 // without waiting (the io thread writes any rest once it can): a thread about to wait for replies
 // calls it, so that its call is not left in an outbox meanwhile. Never blocks on a slow peer.
 void flush_batched();
 
+// A process's links: the io thread, a listener (optional) and the links it opened or accepted.
 class LinkHub {
  public:
   // Called on the io thread with each newly authenticated incoming link; it must call
