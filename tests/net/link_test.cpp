@@ -61,21 +61,40 @@ struct Inbox {
   }
 };
 
-// A server hub whose accepted links land in `inbox`.
+// A server hub whose accepted links land in `inbox`. While a test holds `gate`, the server's io
+// thread stops in its next message's handler: it reads nothing more, as a frozen process would.
+// The hub is declared after what its io thread uses, so that it stops before they go.
 struct Server {
-  net::LinkHub hub;
+  std::mutex gate;
   Inbox inbox;
-  std::string address;
   std::vector<std::shared_ptr<net::Link>> links;
   std::mutex mu;
+  net::LinkHub hub;
+  std::string address;
 
   explicit Server(const std::string& token, net::LinkOptions opts = {})
       : hub(token, net::self_identity("server"), opts) {
     address = hub.listen("127.0.0.1", [this](const std::shared_ptr<net::Link>& l) {
-      l->set_handlers(inbox.on_message(), inbox.on_closed());
+      l->set_handlers([this, deliver = inbox.on_message()](net::Link& link, char kind, std::vector<char>& body) {
+        std::lock_guard g(gate);
+        deliver(link, kind, body);
+      }, inbox.on_closed());
       std::lock_guard lk(mu);
       links.push_back(l);
     });
+  }
+};
+
+// A client hub with one link to `server`, whose messages land in `inbox`.
+struct Client {
+  Inbox inbox;
+  net::LinkHub hub;
+  std::shared_ptr<net::Link> link;
+
+  explicit Client(const Server& server, net::LinkOptions opts = {})
+      : hub("secret", net::self_identity("client"), opts),
+        link(hub.connect(server.address, inbox.on_message(), inbox.on_closed(), 5s)) {
+    REQUIRE(link != nullptr);
   }
 };
 
@@ -181,10 +200,8 @@ TEST_CASE("links: batched messages leave in order with the others, and none is l
   quiet.heartbeat = 60s;
   quiet.silence_limit = 120s;
   Server server("secret", quiet);
-  net::LinkHub client("secret", net::self_identity("client"), quiet);
-  Inbox replies;
-  auto link = client.connect(server.address, replies.on_message(), replies.on_closed(), 5s);
-  REQUIRE(link != nullptr);
+  Client client(server, quiet);
+  auto& link = client.link;
   using net::Link;
   // Batched and immediate ones mixed, over the outbox's 64 KiB, and bodies over the batched size.
   std::vector<std::vector<char>> sent;
@@ -212,30 +229,15 @@ TEST_CASE("links: batched messages leave in order with the others, and none is l
 }
 
 TEST_CASE("links: a batched message to a peer that stopped reading blocks no thread, and leaves once it reads") {
-  // The server's io thread stops in its first message's handler, so it reads nothing more.
-  std::mutex gate_mu;
-  std::condition_variable gate_cv;
-  bool open_gate = false;
-  Inbox inbox;
-  net::LinkHub server_hub("secret", net::self_identity("server"));
-  const auto address = server_hub.listen("127.0.0.1", [&](const std::shared_ptr<net::Link>& l) {
-    auto keep = inbox.on_message();
-    l->set_handlers([&, keep](net::Link& link, char kind, std::vector<char>& body) {
-      if (kind == 'x') {
-        std::unique_lock lk(gate_mu);
-        gate_cv.wait(lk, [&] { return open_gate; });
-      }
-      keep(link, kind, body);
-    }, inbox.on_closed());
-  });
   net::LinkOptions patient;
   patient.send_timeout = 60s;
   patient.silence_limit = 60s;
-  net::LinkHub client("secret", net::self_identity("client"), patient);
-  Inbox replies;
-  auto link = client.connect(address, replies.on_message(), replies.on_closed(), 5s);
-  REQUIRE(link != nullptr);
+  Server server("secret", patient);
+  Client client(server, patient);
+  auto& link = client.link;
+  auto& inbox = server.inbox;
   using net::Link;
+  std::unique_lock held(server.gate);   // the server reads its first message, then nothing more
   REQUIRE(link->send('x', std::vector<char>{}));
   // A sender fills the socket and blocks in a write (holding the link's writer) until it reads.
   const auto chunk = pattern(256u << 10, 1);
@@ -259,11 +261,7 @@ TEST_CASE("links: a batched message to a peer that stopped reading blocks no thr
   for (int i = 0; i < 10; ++i) REQUIRE(link->send('b', small, Link::Send::Batched));
   net::flush_batched();
   CHECK(std::chrono::steady_clock::now() - t0 < 10s);
-  {
-    std::lock_guard lk(gate_mu);
-    open_gate = true;
-  }
-  gate_cv.notify_all();
+  held.unlock();
   stuffer.join();
   REQUIRE(inbox.wait_messages(1 + 256 + 10, 30s));
   // Each sender's messages in its order; the batched ones after every chunk sent before them.
@@ -331,7 +329,6 @@ TEST_CASE("links: a wrong or missing token, random bytes and a stalled handshake
 }
 
 TEST_CASE("links: an idle link stays open on heartbeats, and a peer that falls silent is closed as frozen") {
-  std::mutex gate;   // outlives the server, whose io thread takes it
   net::LinkOptions fast;
   fast.heartbeat = 40ms;
   fast.silence_limit = 300ms;
@@ -344,12 +341,7 @@ TEST_CASE("links: an idle link stays open on heartbeats, and a peer that falls s
 
   // The server's io thread stops (a handler that blocks, as a frozen process would): it neither
   // reads nor beats, and the client closes the link as frozen.
-  std::unique_lock held(gate);
-  {
-    std::lock_guard slk(server.mu);
-    server.links[0]->set_handlers([&gate](net::Link&, char, std::vector<char>&) { std::lock_guard g(gate); },
-                                  server.inbox.on_closed());
-  }
+  std::unique_lock held(server.gate);
   REQUIRE(link->send('x', std::vector<char>{1}));
   REQUIRE(inbox.wait_closed(5s));
   CHECK(inbox.end == net::LinkEnd::Frozen);
