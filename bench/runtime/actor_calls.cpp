@@ -10,6 +10,8 @@
 //                                   busy-polling; ucx_am_wait_rtt_us: parking between messages
 //   --seconds S   wall time per case (default 2)
 //   --xproc-only  the cross-process patterns alone (xproc_* keys): for a profiler, or quick pairs
+//   --only KEY    with --xproc-only: that pattern alone (1_1_actor_calls_sync, ...), e.g. under
+//                 `perf stat -a -e raw_syscalls:sys_enter,context-switches` to count its system calls
 #include <nlohmann/json.hpp>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -24,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <cstring>
 #include <iostream>
@@ -54,32 +57,36 @@ void async_calls(const std::vector<troupe::ActorRef<Echo>>& as, int n) {
   troupe::wait_all(fs);
 }
 
-// The five patterns over actors spawned with `opts`; keys get `prefix`.
+// The five patterns over actors spawned with `opts`; keys get `prefix`. A non-empty `only` runs
+// the pattern of that key alone.
 void run_patterns(troupe::Runtime& rt, const troupe::Options& opts, int members_n, int creations,
-                  double seconds, const std::string& prefix, std::map<std::string, double>& out) {
+                  double seconds, const std::string& prefix, std::map<std::string, double>& out,
+                  const std::string& only = "") {
   auto group = rt.spawn_group<Echo>(std::size_t(members_n), opts);
   for (auto& m : group) m.ready().get();
   const auto& members = group.members();
-  auto put = [&](const std::string& key, bench::Rate r) {
+  auto put = [&](const std::string& key, long ops_per_round, const std::function<void()>& round) {
+    if (!only.empty() && key != only) return;
+    const bench::Rate r = bench::measure(seconds, ops_per_round, round);
     out[prefix + key] = r.per_s;
     out[prefix + key + "_cpu_us"] = r.cpu_us;
   };
-  put("1_1_actor_calls_sync", bench::measure(seconds, 200, [&] {
+  put("1_1_actor_calls_sync", 200, [&] {
     for (int i = 0; i < 200; ++i) (void)members[0].call(&Echo::echo, i).get();
-  }));
-  put("1_1_actor_calls_async", bench::measure(seconds, kBatch, [&] { async_calls({members[0]}, kBatch); }));
-  put("1_n_actor_calls_async", bench::measure(seconds, kBatch, [&] { async_calls(members, kBatch); }));
-  put("n_n_actor_calls_async", bench::measure(seconds, long(bench::kCallers) * kBatch, [&] {
+  });
+  put("1_1_actor_calls_async", kBatch, [&] { async_calls({members[0]}, kBatch); });
+  put("1_n_actor_calls_async", kBatch, [&] { async_calls(members, kBatch); });
+  put("n_n_actor_calls_async", long(bench::kCallers) * kBatch, [&] {
     std::vector<std::thread> ts;
     for (int c = 0; c < bench::kCallers; ++c) ts.emplace_back([&] { async_calls(members, kBatch); });
     for (auto& t : ts) t.join();
-  }));
+  });
   for (auto& m : members) rt.kill(m);
-  put("actor_creation_per_s", bench::measure(seconds, creations, [&] {
+  put("actor_creation_per_s", creations, [&] {
     auto g = rt.spawn_group<Echo>(std::size_t(creations), opts);
     (void)g.call_all(&Echo::echo, 1).get();
     for (auto& m : g) rt.kill(m);
-  }));
+  });
 }
 
 using Clock = std::chrono::steady_clock;
@@ -204,17 +211,27 @@ int main(int argc, char** argv) {
   auto rt = troupe::init(argc, argv);   // worker processes of the xproc cases run this binary too
   double seconds = 2.0;
   bool xproc_only = false;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) seconds = std::atof(argv[i + 1]);
     if (std::strcmp(argv[i], "--xproc-only") == 0) xproc_only = true;
+    if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[i + 1];
   }
   if (seconds <= 0) {
     std::fprintf(stderr, "actor_calls: --seconds must be positive\n");
     return 2;
   }
+  if (!only.empty() && !xproc_only) {
+    std::fprintf(stderr, "actor_calls: --only needs --xproc-only\n");
+    return 2;
+  }
   std::map<std::string, double> troupe_figures;
   if (xproc_only) {
-    run_patterns(rt, troupe::Options{}.process(true), bench::kCallers * 2, 4, seconds, "xproc_", troupe_figures);
+    run_patterns(rt, troupe::Options{}.process(true), bench::kCallers * 2, 4, seconds, "xproc_", troupe_figures, only);
+    if (troupe_figures.empty()) {
+      std::fprintf(stderr, "actor_calls: --only %s names no pattern\n", only.c_str());
+      return 2;
+    }
     rt.shutdown();
     nlohmann::json j;
     for (auto& [k, v] : troupe_figures) j[k] = k.ends_with("_cpu_us") ? std::round(v * 100) / 100 : std::round(v);
