@@ -1,6 +1,8 @@
 // The in-process actor core: ordering, concurrency, errors as values, kill, timeouts, shutdown.
 #include <doctest/doctest.h>
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <thread>
 
@@ -220,6 +222,32 @@ TEST_CASE("scheduled (non-detached) actors answer calls too") {
   auto group = rt.spawn_group<Counter>(16, troupe::Options{}.detached(false));
   auto all = group.call_all(&Counter::add, 2).get();
   CHECK(all == std::vector<int>(16, 2));
+}
+
+namespace {
+double process_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto s = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) * 1e-6; };
+  return s(u.ru_utime) + s(u.ru_stime);
+}
+}  // namespace
+
+// A host on its own thread looks for its next call for a moment after each one (it lingers,
+// then parks): a run of calls, then none, and the process must go quiet, not spin on.
+TEST_CASE("an actor whose calls stopped parks its thread: an idle process uses no CPU") {
+  auto rt = make_runtime();
+  auto c = rt.spawn<Counter>(troupe::Options{});
+  for (int i = 0; i < 2000; ++i) (void)c.call(&Counter::add, 1).get();
+  std::vector<troupe::Future<int>> fs;
+  for (int i = 0; i < 2000; ++i) fs.push_back(c.call(&Counter::add, 1));
+  CHECK(fs.back().get() == 4000);
+  std::this_thread::sleep_for(50ms);   // the linger is microseconds; this leaves it far behind
+  const double cpu0 = process_cpu_seconds();
+  std::this_thread::sleep_for(500ms);
+  const double used = process_cpu_seconds() - cpu0;
+  CHECK_MESSAGE(used < 0.05, "an idle process used " << used << " s of CPU in 0.5 s");   // a spinning thread: ~0.5
+  CHECK(c.call(&Counter::get).get() == 4000);   // and a parked host still answers
 }
 
 TEST_CASE("shutdown with calls in flight neither hangs nor leaks") {
