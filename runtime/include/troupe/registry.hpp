@@ -94,7 +94,7 @@ Payload invoke_method(M m, T& obj, const Payload& in, std::index_sequence<I...>)
 template <class T, class M, std::size_t... I>
 Future<Payload> invoke_deferred_method(M m, T& obj, const Payload& in, bool crossing, std::index_sequence<I...>) {
   using Tr = MethodTraits<M>;
-  auto args = TupleDecoder<typename Tr::Values>::decode(in);
+  [[maybe_unused]] auto args = TupleDecoder<typename Tr::Values>::decode(in);   // unused by a method of no arguments
   using R = typename Tr::Result;
   Future<R> f = (obj.*m)(std::forward<std::tuple_element_t<I, typename Tr::Params>>(std::get<I>(args))...);
   if (!f.valid()) return make_error_future<Payload>(Error{ErrorCode::Internal, "the method returned no future"});
