@@ -13,9 +13,9 @@ int main(int argc, char** argv) {
   config.algo.name = "dpo";
   config.algo.dpo_beta = 0.1;
   config.run.run_dir = "runs/dpo";
-  try {   // --config FILE, any key with --set algo.steps=200, and the common keys' flags (--seed 2, --steps, ...)
+  try {   // --config FILE, any key with --set algo.steps=200, the common keys' flags (--seed 2, --steps, ...)
     auto schema = troupe::rl::run_config_schema(config);
-    troupe::rl::apply_program_command_line(schema, argc, argv, troupe::rl::common_program_flags());
+    if (!troupe::rl::parse_program_command_line("dpo", schema, argc, argv, troupe::rl::common_program_flags())) return 0;   // --help, --print-config
   } catch (const std::invalid_argument& e) {
     std::cerr << "dpo: " << e.what() << "\n";
     return 2;

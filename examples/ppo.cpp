@@ -24,11 +24,11 @@ int main(int argc, char** argv) {
   config.algo.critic_optim.warmup_steps = 20;
   config.placement.blas_threads = 1;        // the policy and the critic train side by side (actors/blas.hpp)
   config.run.run_dir = "runs/ppo";
-  try {   // --config FILE, any key with --set algo.steps=200, and the common keys' flags (--seed 2, --steps, ...)
+  try {   // --config FILE, any key with --set algo.steps=200, the common keys' flags (--seed 2, --steps, ...)
     auto schema = troupe::rl::run_config_schema(config);
     auto flags = troupe::rl::common_program_flags();
     flags["--critic-init"] = "algo.critic_init";
-    troupe::rl::apply_program_command_line(schema, argc, argv, flags);
+    if (!troupe::rl::parse_program_command_line("ppo", schema, argc, argv, flags)) return 0;   // --help, --print-config
   } catch (const std::invalid_argument& e) {
     std::cerr << "ppo: " << e.what() << "\n";
     return 2;

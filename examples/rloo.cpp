@@ -37,9 +37,9 @@ int main(int argc, char** argv) {
   auto config = troupe::rl::RunConfig::demo();   // the demo's task, model, SFT and batch shape
   config.algo.advantage = "leave_one_out";
   config.run.run_dir = "runs/rloo";
-  try {   // --config FILE, any key with --set algo.steps=200, and the common keys' flags (--seed 2, --steps, ...)
+  try {   // --config FILE, any key with --set algo.steps=200, the common keys' flags (--seed 2, --steps, ...)
     auto schema = troupe::rl::run_config_schema(config);
-    troupe::rl::apply_program_command_line(schema, argc, argv, troupe::rl::common_program_flags());
+    if (!troupe::rl::parse_program_command_line("rloo", schema, argc, argv, troupe::rl::common_program_flags())) return 0;   // --help, --print-config
   } catch (const std::invalid_argument& e) {
     std::cerr << "rloo: " << e.what() << "\n";
     return 2;

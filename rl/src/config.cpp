@@ -2,9 +2,11 @@
 
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <fstream>
+#include <iostream>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
@@ -203,6 +205,43 @@ void apply_program_command_line(ConfigSchema& schema, int argc, const char* cons
   }
   apply_command_line(schema, argc, argv);
   for (const auto& [key, value] : given) schema.set_text(key, value);
+}
+
+bool parse_program_command_line(const std::string& program, ConfigSchema& schema, int argc, const char* const* argv,
+                                const std::map<std::string, std::string>& flags) {
+  std::vector<const char*> rest{argc > 0 ? argv[0] : program.c_str()};
+  bool help = false, print = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--print-config") { print = true; continue; }
+    if (a == "--help" || a == "-h") help = true;
+    rest.push_back(argv[i]);
+    // A value is never read as --help or --print-config (`--run-dir --help` names a directory).
+    const bool takes_value = a.find('=') == std::string::npos &&
+                             (a == "--config" || a == "--set" || a == "--address" || a.rfind("--troupe-", 0) == 0 || flags.count(a) > 0);
+    if (takes_value && i + 1 < argc) rest.push_back(argv[++i]);
+  }
+  if (help) {
+    std::vector<std::pair<std::string, std::string>> lines{
+        {"--config FILE", "a TOML configuration; keys it leaves out keep this program's demo values (examples/configs/" + program + ".toml has every key)"},
+        {"--set KEY=VALUE", "one key, e.g. algo.kl_coef=0.02 (repeatable; over the file's)"},
+        {"--print-config", "print the resolved configuration (TOML, every key described) and exit"}};
+    for (const auto& [flag, key] : flags) lines.emplace_back(flag + " VALUE", "sets " + key);
+    lines.emplace_back("--troupe-* VALUE", "the runtime's own flags (README, \"Runtime settings\")");
+    std::size_t width = 0;
+    for (const auto& l : lines) width = std::max(width, l.first.size());
+    std::cout << "Usage: " << program << " [--config FILE] [--set KEY=VALUE]... [--print-config] [FLAG VALUE]...\n";
+    for (const auto& [left, what] : lines) std::cout << "  " << left << std::string(width + 2 - left.size(), ' ') << what << "\n";
+    return false;
+  }
+  apply_program_command_line(schema, int(rest.size()), rest.data(), flags);
+  if (print) {
+    std::cout << "# build/bin/" << program << "'s configuration (" << program << " --print-config); run it with " << program
+              << " --config FILE\n"
+              << schema.to_toml();
+    return false;
+  }
+  return true;
 }
 
 std::map<std::string, std::string> common_program_flags() {

@@ -216,6 +216,30 @@ TEST_CASE("build/bin/reward_model: a short seeded run ranks held-out pairs above
   CHECK(missing.output.find("/no/such/file") != std::string::npos);
 }
 
+// Each program's demo configuration is compiled into it and shipped as examples/configs/NAME.toml:
+// the two must not drift apart (if a demo changes: build/bin/NAME --print-config > that file).
+TEST_CASE("build/bin/grpo, ppo, dpo and rloo: --print-config prints the shipped file, --help its flags, and neither runs") {
+  const std::vector<std::pair<std::string, std::string>> programs{
+      {"grpo", TROUPE_GRPO}, {"ppo", TROUPE_PPO}, {"dpo", TROUPE_DPO}, {"rloo", TROUPE_RLOO}};
+  test_support::TempDir dir("troupe-print-config");
+  for (const auto& [name, path] : programs) {
+    CAPTURE(name);
+    std::ifstream in(std::string(TROUPE_EXAMPLES_DIR) + "/configs/" + name + ".toml");
+    REQUIRE(in);
+    const std::string shipped((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    auto printed = itest::run({path, "--print-config"});
+    REQUIRE_MESSAGE(printed.status == 0, printed.output);
+    CHECK(printed.output.find(shipped) != std::string::npos);   // its output may hold the runtime's log lines too
+    CHECK(printed.output.find("sft_heldout_acc") == std::string::npos);   // no run, no summary line
+    const std::string run_dir = dir.path + "/" + name;
+    auto help = itest::run({path, "--run-dir", run_dir, "--help"});
+    CHECK(help.status == 0);
+    CHECK(help.output.find("--config") != std::string::npos);
+    CHECK(help.output.find("--seed") != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(run_dir));   // nothing ran
+  }
+}
+
 TEST_CASE("build/bin/rloo, an algorithm written as a user writes one: 60 seeded steps raise held-out accuracy over its SFT start") {
   test_support::TempDir dir("troupe-rloo");
   auto r = itest::run({TROUPE_RLOO, "--steps", "60", "--set", "run.eval_every=0", "--run-dir", dir.path + "/rloo"},

@@ -134,3 +134,25 @@ TEST_CASE("a program's command line: its flags set their keys, --troupe-* flags 
   const char* not_a_number[] = {"dpo", "--steps", "many"};
   CHECK_THROWS_AS(apply_program_command_line(schema, 3, not_a_number, troupe::rl::common_program_flags()), std::invalid_argument);
 }
+
+TEST_CASE("a program's whole command line: --help and --print-config print and stop the program, a flag's value is only a value") {
+  using troupe::rl::parse_program_command_line;
+  auto flags = troupe::rl::common_program_flags();
+  auto c = RunConfig::demo();
+  auto schema = run_config_schema(c);
+  const char* run[] = {"dpo", "--seed", "3", "--set", "algo.dpo_beta=0.2"};
+  CHECK(parse_program_command_line("dpo", schema, 5, run, flags));
+  CHECK(c.run.seed == 3);
+  CHECK(c.algo.dpo_beta == doctest::Approx(0.2));
+  const char* help[] = {"dpo", "--steps", "5", "--help"};
+  CHECK_FALSE(parse_program_command_line("dpo", schema, 4, help, flags));
+  CHECK(c.algo.steps == RunConfig::demo().algo.steps);   // help applies nothing
+  const char* print[] = {"dpo", "--print-config", "--steps", "9"};
+  CHECK_FALSE(parse_program_command_line("dpo", schema, 4, print, flags));
+  CHECK(c.algo.steps == 9);   // printed as resolved
+  const char* dir_named_help[] = {"dpo", "--run-dir", "--help"};
+  CHECK(parse_program_command_line("dpo", schema, 3, dir_named_help, flags));
+  CHECK(c.run.run_dir == "--help");
+  const char* bad[] = {"dpo", "--print-config", "--no-such-flag", "1"};
+  CHECK_THROWS_AS(parse_program_command_line("dpo", schema, 4, bad, flags), std::invalid_argument);
+}

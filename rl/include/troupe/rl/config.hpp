@@ -61,6 +61,13 @@ void apply_command_line(ConfigSchema& schema, int argc, const char* const* argv)
 // error naming it (std::invalid_argument), so a mistyped flag never passes silently.
 void apply_program_command_line(ConfigSchema& schema, int argc, const char* const* argv,
                                 const std::map<std::string, std::string>& flags);
+// A whole RL program's command line (ppo, dpo, rloo, or a user's): apply_program_command_line,
+// plus --help (usage on stdout) and --print-config (the resolved configuration as TOML, every key
+// described: what examples/configs/<program>.toml ships). Returns false once it printed one of
+// them (the program then exits with status 0), true when the program should run. Errors as
+// apply_program_command_line (std::invalid_argument).
+bool parse_program_command_line(const std::string& program, ConfigSchema& schema, int argc, const char* const* argv,
+                                const std::map<std::string, std::string>& flags);
 // The flags the RL programs share: --seed, --steps, --run-dir, --reward, --rollouts.
 std::map<std::string, std::string> common_program_flags();
 
