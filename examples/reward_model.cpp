@@ -11,12 +11,12 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <random>
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 namespace rl = troupe::rl;
@@ -42,36 +42,36 @@ double since(std::chrono::steady_clock::time_point t) {
 int main(int argc, char** argv) {
   auto rt = troupe::init(argc, argv);
   Settings s;
-  CLI::App app{"a Bradley-Terry reward model on the demo task, on troupe"};
-  app.allow_extras();   // --troupe-* flags configure the runtime
-  app.add_option("--seed", s.seed, "run seed: data, sampling, initial weights");
-  app.add_option("--sft-steps", s.sft_steps, "SFT warm-start steps of the policy that samples the rejected answers");
-  app.add_option("--trunk-sft-steps", s.trunk_sft_steps,
-                 "SFT steps of the trunk the reward model starts from (0: the sampling policy's, --sft-steps)");
-  app.add_option("--sample-prompts", s.sample_prompts, "train prompts sampled for pairs (one pair per prompt at most)");
-  app.add_option("--group", s.group, "samples per prompt when looking for a wrong answer");
-  app.add_option("--pairs-per-prompt", s.per_prompt, "distinct wrong answers paired with each train prompt's right one (at most)");
-  app.add_option("--steps", s.steps, "reward-model optimizer steps");
-  app.add_option("--pairs-per-step", s.pairs_per_step, "pairs per step");
-  app.add_option("--lr", s.lr, "reward-model learning rate");
-  app.add_option("--margin", s.margin, "Bradley-Terry margin (Touvron et al. 2023)");
-  app.add_option("--weight-decay", s.weight_decay, "the reward model's decoupled weight decay (AdamW)");
-  app.add_option("--lm-coef", s.lm_coef,
-                 "weight of the chosen answers' language-model loss beside Bradley-Terry (Yang et al. 2024); 0: none");
-  app.add_option("--heldout-size", s.heldout, "held-out prompts (their pairs measure the model)");
-  app.add_option("--eval-every", s.eval_every, "held-out evaluation period (steps)");
-  app.add_option("--threads", s.threads, "libtorch threads of each compute actor");
-  app.add_option("--run-dir", s.run_dir, "output directory");
+  // --config FILE, any key with --set algo.steps=3000, and a flag for every key (--steps 3000, ...).
+  rl::ConfigSchema schema;
+  schema.add("task.heldout_size", &s.heldout, "held-out prompts (their pairs measure the model)");
+  schema.add("pairs.sample_prompts", &s.sample_prompts, "train prompts sampled for pairs (one pair per prompt at most)");
+  schema.add("pairs.group", &s.group, "samples per prompt when looking for a wrong answer");
+  schema.add("pairs.per_prompt", &s.per_prompt, "distinct wrong answers paired with each train prompt's right one (at most)");
+  schema.add("algo.sft_steps", &s.sft_steps, "SFT warm-start steps of the policy that samples the rejected answers");
+  schema.add("algo.trunk_sft_steps", &s.trunk_sft_steps,
+             "SFT steps of the trunk the reward model starts from (0: the sampling policy's, algo.sft_steps)");
+  schema.add("algo.steps", &s.steps, "reward-model optimizer steps");
+  schema.add("algo.pairs_per_step", &s.pairs_per_step, "pairs per step");
+  schema.add("algo.lr", &s.lr, "reward-model learning rate");
+  schema.add("algo.margin", &s.margin, "Bradley-Terry margin (Touvron et al. 2023)");
+  schema.add("algo.weight_decay", &s.weight_decay, "the reward model's decoupled weight decay (AdamW)");
+  schema.add("algo.lm_coef", &s.lm_coef, "weight of the chosen answers' language-model loss beside Bradley-Terry (Yang et al. 2024); 0: none");
+  schema.add("run.seed", &s.seed, "run seed: data, sampling, initial weights");
+  schema.add("run.eval_every", &s.eval_every, "held-out evaluation period (steps)");
+  schema.add("run.run_dir", &s.run_dir, "output directory: the model, the SFT policy, this configuration");
+  schema.add("placement.threads", &s.threads, "libtorch threads of each compute actor");
+  const std::map<std::string, std::string> flags{
+      {"--seed", "run.seed"}, {"--sft-steps", "algo.sft_steps"}, {"--trunk-sft-steps", "algo.trunk_sft_steps"},
+      {"--sample-prompts", "pairs.sample_prompts"}, {"--group", "pairs.group"}, {"--pairs-per-prompt", "pairs.per_prompt"},
+      {"--steps", "algo.steps"}, {"--pairs-per-step", "algo.pairs_per_step"}, {"--lr", "algo.lr"}, {"--margin", "algo.margin"},
+      {"--weight-decay", "algo.weight_decay"}, {"--lm-coef", "algo.lm_coef"}, {"--heldout-size", "task.heldout_size"},
+      {"--eval-every", "run.eval_every"}, {"--threads", "placement.threads"}, {"--run-dir", "run.run_dir"}};
   try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  for (const auto& extra : app.remaining()) {   // only the runtime's own flags may be left
-    if (extra.rfind("-", 0) == 0 && extra.rfind("--troupe", 0) != 0) {
-      std::cerr << "reward_model: unknown option " << extra << " (see --help)\n";
-      return 2;
-    }
+    if (!rl::parse_program_command_line("reward_model", schema, argc, argv, flags)) return 0;   // --help, --print-config
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "reward_model: " << e.what() << "\n";
+    return 2;
   }
   if (s.trunk_sft_steps != 0 && s.trunk_sft_steps < s.sft_steps) {
     std::cerr << "reward_model: --trunk-sft-steps " << s.trunk_sft_steps << " is below --sft-steps " << s.sft_steps
@@ -86,6 +86,7 @@ int main(int argc, char** argv) {
   try {
     std::filesystem::create_directories(s.run_dir);
     const std::string dir = std::filesystem::absolute(s.run_dir).string();
+    std::ofstream(dir + "/config.toml") << schema.to_toml();   // the resolved configuration, beside the model
     const rl::RunConfig demo = rl::RunConfig::demo();
     const auto task = rl::make_task(demo.task.spec);
     const ta::CharTokenizer tok(task->alphabet());

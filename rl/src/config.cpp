@@ -224,7 +224,7 @@ bool parse_program_command_line(const std::string& program, ConfigSchema& schema
   if (help) {
     std::vector<std::pair<std::string, std::string>> lines{
         {"--config FILE", "a TOML configuration; keys it leaves out keep this program's demo values (examples/configs/" + program + ".toml has every key)"},
-        {"--set KEY=VALUE", "one key, e.g. algo.kl_coef=0.02 (repeatable; over the file's)"},
+        {"--set KEY=VALUE", "one key, e.g. run.seed=2 (repeatable; over the file's)"},
         {"--print-config", "print the resolved configuration (TOML, every key described) and exit"}};
     for (const auto& [flag, key] : flags) lines.emplace_back(flag + " VALUE", "sets " + key);
     lines.emplace_back("--troupe-* VALUE", "the runtime's own flags (README, \"Runtime settings\")");

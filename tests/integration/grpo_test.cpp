@@ -218,9 +218,9 @@ TEST_CASE("build/bin/reward_model: a short seeded run ranks held-out pairs above
 
 // Each program's demo configuration is compiled into it and shipped as examples/configs/NAME.toml:
 // the two must not drift apart (if a demo changes: build/bin/NAME --print-config > that file).
-TEST_CASE("build/bin/grpo, ppo, dpo and rloo: --print-config prints the shipped file, --help its flags, and neither runs") {
+TEST_CASE("build/bin/grpo, ppo, dpo, rloo and reward_model: --print-config prints the shipped file, --help its flags, and neither runs") {
   const std::vector<std::pair<std::string, std::string>> programs{
-      {"grpo", TROUPE_GRPO}, {"ppo", TROUPE_PPO}, {"dpo", TROUPE_DPO}, {"rloo", TROUPE_RLOO}};
+      {"grpo", TROUPE_GRPO}, {"ppo", TROUPE_PPO}, {"dpo", TROUPE_DPO}, {"rloo", TROUPE_RLOO}, {"reward_model", TROUPE_REWARD_MODEL}};
   test_support::TempDir dir("troupe-print-config");
   for (const auto& [name, path] : programs) {
     CAPTURE(name);
