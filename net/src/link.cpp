@@ -30,6 +30,8 @@
 #include <sstream>
 #include <thread>
 
+#include "frame_header.hpp"
+#include "lane.hpp"
 #include "troupe/error.hpp"
 #include "troupe/net/address.hpp"
 
@@ -50,6 +52,11 @@ constexpr std::uint32_t kMaxHandshakeFrame = 4096;
 // room once instead of growing a buffer of hundreds of megabytes on its io thread); the last one.
 constexpr std::uint8_t kChunkFlag = 1, kLastFlag = 2, kFirstFlag = 4;
 constexpr char kHeartbeat = 'h';
+// A link's own messages on the socket after the handshake (never handed to a handler; a sender's
+// kinds start at 0x20): the offer of a lane (connector), its refusal (acceptor), a side's switch
+// to it (each side's last message on the socket), a doorbell (frames wait in the lane).
+constexpr char kLaneOffer = 1, kLaneRefused = 2, kLaneSwitch = 3, kDoorbell = 4;
+bool internal_kind(char k) { return static_cast<unsigned char>(k) < 0x20 || k == kHeartbeat; }
 // The handshake: the acceptor's challenge, the connector's proof, the acceptor's answer.
 constexpr char kChallenge = 'A', kProof = 'B', kAccepted = 'D', kRefusedFrame = 'E';
 constexpr std::size_t kNonce = 32, kTag = 32;
@@ -136,13 +143,6 @@ std::int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
 }
 
-void put_header(char* h, std::uint32_t body, char kind, std::uint8_t flags) {
-  std::uint32_t n = body + 2;
-  for (int i = 0; i < 4; ++i) h[i] = char((n >> (8 * i)) & 0xFF);
-  h[4] = kind;
-  h[5] = char(flags);
-}
-
 // /proc/<pid>/stat, "" when it cannot be read (the process is gone or going).
 std::string proc_stat(std::uint32_t pid) {
   std::string text;
@@ -209,13 +209,67 @@ Batched& batched() {
   return b;
 }
 
+// Joins a chunked message's chunks, whether they came by the socket or by a lane.
+struct Reassembly {
+  std::vector<char> joined;
+  char kind = 0;
+  bool assembling = false;
+  std::uint64_t expected = 0;
+
+  // Takes one frame: the whole message (`body` itself, or the chunks joined into it) once it is
+  // complete, nullptr while chunks are due. Throws std::runtime_error on a malformed sequence.
+  std::vector<char>* feed(char k, std::uint8_t flags, std::vector<char>& body) {
+    if (!(flags & kChunkFlag)) return &body;   // a small message may pass between a big one's chunks
+    const bool first = flags & kFirstFlag;
+    if (first != !assembling || (!first && k != kind)) throw std::runtime_error("chunks out of order");
+    std::size_t from = 0;
+    if (first) {
+      if (body.size() < 8) throw std::runtime_error("a first chunk without its size");
+      std::uint64_t total = 0;
+      for (int i = 0; i < 8; ++i) total |= std::uint64_t(std::uint8_t(body[std::size_t(i)])) << (8 * i);
+      if (total > kMaxMessage) throw std::runtime_error("a message over the size limit");
+      expected = total;
+      joined.clear();
+      joined.reserve(total);
+      kind = k;
+      assembling = true;
+      from = 8;
+    }
+    if (joined.size() + (body.size() - from) > expected) throw std::runtime_error("a message longer than it said");
+    joined.insert(joined.end(), body.begin() + std::ptrdiff_t(from), body.end());
+    if (!(flags & kLastFlag)) return nullptr;
+    if (joined.size() != expected) throw std::runtime_error("a message shorter than it said");
+    assembling = false;
+    body.swap(joined);
+    std::vector<char>().swap(joined);
+    return &body;
+  }
+};
+
+// Lanes whose peer has switched to them (Lane::open): what a LaneWatch looks at.
+struct LaneRegistry {
+  std::mutex mu;
+  std::vector<std::shared_ptr<Lane>> lanes;
+  std::atomic<std::size_t> count{0};   // lanes.size(): a watch costs one load while there are none
+};
+
+LaneRegistry& lanes() {
+  static auto* r = new LaneRegistry;   // never destroyed: a hub stopping at exit may still reach it
+  return *r;
+}
+
+bool lanes_allowed(const LinkOptions& o) {
+  const char* env = std::getenv("TROUPE_LINK_LANE");
+  return o.lane && !(env != nullptr && std::string_view(env) == "0");
+}
+
 }  // namespace
 
 // ---- the hub ------------------------------------------------------------------------------------
 
 struct LinkHub::Impl : std::enable_shared_from_this<LinkHub::Impl> {
   Impl(std::string token, PeerIdentity self_id, LinkOptions o)
-      : hmac(token), self(std::move(self_id)), self_bytes(encode_identity(self)), opts(o),
+      : hmac(token), self(std::move(self_id)), self_bytes(encode_identity(self)), opts(o), lanes(lanes_allowed(o)),
         work(asio::make_work_guard(io)) {}
 
   asio::io_context io{1};
@@ -223,6 +277,7 @@ struct LinkHub::Impl : std::enable_shared_from_this<LinkHub::Impl> {
   PeerIdentity self;
   std::vector<char> self_bytes;
   LinkOptions opts;
+  bool lanes;   // same-host links get a lane (opts.lane, unless TROUPE_LINK_LANE=0)
   asio::executor_work_guard<asio::io_context::executor_type> work;
   std::unique_ptr<tcp::acceptor> acceptor;
   AcceptHandler on_accept;
@@ -241,20 +296,25 @@ struct LinkHub::Impl : std::enable_shared_from_this<LinkHub::Impl> {
   // the reply to a call, or a synchronous caller's next call, usually comes within microseconds,
   // while waking a parked thread costs ~40 us on a small VM. A hub with nothing coming parks
   // kLinger after its last handler (a heartbeat every 500 ms: ~0.01 % of a core).
-  // Each look also writes out the outboxes of batched messages (one write for all of a link's).
+  // Each look also writes out the outboxes of batched messages (one write for all of a link's),
+  // and takes the messages waiting in this process's lanes (while it looks, their senders ring no
+  // doorbell).
   void serve() {
     for (;;) {
       if (io.run_one() == 0) return;   // parked until something is ready; 0: out of work (stopped)
       looking.store(true);
-      auto until = Clock::now() + kLinger;
-      for (;;) {
-        const std::size_t ran = io.poll();
-        flush_batched();
-        if (io.stopped()) break;
-        const auto now = Clock::now();
-        if (ran > 0) until = now + kLinger;
-        else if (now >= until) break;
-        else sched_yield();
+      {
+        LaneWatch watch;
+        auto until = Clock::now() + kLinger;
+        for (;;) {
+          const std::size_t ran = io.poll() + watch.drain();
+          flush_batched();
+          if (io.stopped()) break;
+          const auto now = Clock::now();
+          if (ran > 0) until = now + kLinger;
+          else if (now >= until) break;
+          else sched_yield();
+        }
       }
       looking.store(false);   // from here a batched message's sender writes it out itself...
       flush_batched();        // ...and what was queued before is written now (seq_cst: none is missed)
@@ -297,6 +357,14 @@ struct Link::Impl {
   bool fd_open = true;     // once false, `fd` may name another file: never touched again
   std::atomic<std::int64_t> last_sent{now_ns()}, last_heard{now_ns()};
   int pidfd = -1;          // the peer process, when it runs on this host: readable once it ends
+  const std::atomic<bool>* closed = nullptr;   // the Link's (set as it is made)
+  // The lane (same host, both hubs allowing it). Set on the io thread before this side switches
+  // to it; read by senders once lane_on. lane_on: this side's messages go by the lane; set under
+  // bulk_mu, write_mu and out_mu, so no message (nor a big one's chunk) straddles the switch.
+  std::shared_ptr<Lane> lane;
+  std::atomic<bool> lane_on{false};
+  bool offerer = false;         // io thread: this side offered the lane (its file)
+  bool peer_switched = false;   // io thread: the peer's messages come by the lane now
 
   ~Impl() {
     if (pidfd >= 0) ::close(pidfd);
@@ -307,6 +375,7 @@ struct Link::Impl {
   // unusable. A heartbeat (`!wait`) goes alone, only when the outbox is empty, and is skipped,
   // unwritten, when the socket is full.
   bool write_frame(char kind, std::uint8_t flags, const char* data, std::size_t size, bool wait) {
+    if (!internal_kind(kind) && lane_on.load(std::memory_order_relaxed)) return lane_frame(kind, flags, data, size);
     if (!wait) {   // a heartbeat: none needed while frames are going out; it never takes them
       std::lock_guard lk(out_mu);
       if (!outbox.empty()) return true;
@@ -324,6 +393,10 @@ struct Link::Impl {
     sending.clear();   // written, or the link is done
     return ok;
   }
+
+  // Publishes one frame in the lane, and rings the doorbell when no thread of the peer looks at
+  // it. write_mu held, lane_on.
+  bool lane_frame(char kind, std::uint8_t flags, const char* data, std::size_t size);
 
   // Writes the outbox alone. write_mu held.
   bool write_outbox() {
@@ -411,7 +484,143 @@ struct Link::Impl {
   }
 };
 
-Link::Link(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+// ---- a lane -------------------------------------------------------------------------------------
+
+// A link's lane (lane.hpp): the rings, and the consuming side's state. Its messages are handled
+// by whichever thread drains it (the link's io thread, or one in a LaneWatch), one at a time.
+struct Lane {
+  Lane(std::shared_ptr<lane::Mapping> m, bool offerer, std::weak_ptr<Link> l)
+      : map(std::move(m)), out(map, offerer ? 0 : 1), in(map, offerer ? 1 : 0), link(std::move(l)) {}
+
+  std::shared_ptr<lane::Mapping> map;
+  lane::Producer out;   // the link's write_mu
+  lane::Consumer in;    // consume_mu
+  std::weak_ptr<Link> link;
+  std::mutex consume_mu;
+  bool ended = false;        // consume_mu: the link ended; nothing more is taken
+  Reassembly joined;         // consume_mu
+  std::vector<char> body;    // consume_mu
+  // A drain was asked for while another thread held consume_mu: that thread drains once more
+  // when it lets go (drain()), so no message is left behind unseen.
+  std::atomic<bool> wanted{false};
+
+  // Handles what waits in the lane, unless another thread is at it. How many messages it handled.
+  static std::size_t drain(Lane& l) {
+    if (!l.in.pending()) return 0;
+    std::size_t handled = 0;
+    l.wanted.store(true);
+    while (l.wanted.load()) {
+      std::unique_lock lk(l.consume_mu, std::try_to_lock);
+      if (!lk.owns_lock()) break;   // its holder drains again as it lets go (seq_cst: it sees `wanted`)
+      l.wanted.store(false);
+      handled += l.take(false);
+    }
+    return handled;
+  }
+
+  // consume_mu held. `last`: the link has ended (its socket saw EOF): take what the peer published
+  // before it went, as its socket's bytes would have been read.
+  std::size_t take(bool last) {
+    auto lk = link.lock();
+    if (ended || !lk || (!last && lk->closed())) return 0;
+    auto& m = *lk->impl_;
+    std::size_t handled = 0;
+    char kind = 0;
+    std::uint8_t flags = 0;
+    for (;;) {
+      const auto got = in.next(kMaxChunk, kind, flags, body);
+      if (got == lane::Consumer::Got::None) break;
+      if (got == lane::Consumer::Got::Broken) {
+        lk->close("the lane holds malformed frames");
+        break;
+      }
+      m.last_heard.store(now_ns(), std::memory_order_relaxed);
+      std::vector<char>* message = nullptr;
+      try {
+        if (internal_kind(kind)) throw std::runtime_error("a link's own message in its lane");
+        message = joined.feed(kind, flags, body);
+      } catch (const std::runtime_error& e) {
+        lk->close(e.what());
+        break;
+      }
+      if (message == nullptr) continue;
+      m.hub->received.fetch_add(1, std::memory_order_relaxed);
+      ++handled;
+      try {
+        if (m.on_message) m.on_message(*lk, kind, *message);
+      } catch (const std::exception& e) {   // a bad message from the peer: this link ends
+        lk->close(std::string("a message was refused: ") + e.what());
+        break;
+      }
+      if (message->capacity() > 4 * std::size_t(kMaxChunk)) std::vector<char>().swap(*message);   // a big one passed
+      if (!last && lk->closed()) break;
+    }
+    return handled;
+  }
+
+  // The peer's messages come by the lane from now on: watches see it.
+  static void open(const std::shared_ptr<Lane>& l) {
+    auto& r = lanes();
+    std::lock_guard lk(r.mu);
+    r.lanes.push_back(l);
+    r.count.store(r.lanes.size());
+  }
+
+  // The link has ended: takes what is left if `deliver`, then nothing more (waits for a thread
+  // that is handling its messages). On the io thread.
+  static void end(const std::shared_ptr<Lane>& l, bool deliver) {
+    {
+      std::lock_guard lk(l->consume_mu);
+      if (deliver) l->take(true);
+      l->ended = true;
+    }
+    auto& r = lanes();
+    std::lock_guard lk(r.mu);
+    std::erase(r.lanes, l);
+    r.count.store(r.lanes.size());
+  }
+};
+
+bool Link::Impl::lane_frame(char kind, std::uint8_t flags, const char* data, std::size_t size) {
+  char header[kFrameHeader];
+  put_header(header, std::uint32_t(size), kind, flags);
+  iovec iov[2] = {{header, sizeof header}, {const_cast<char*>(data), size}};
+  const auto put = lane->out.put(iov, size > 0 ? 2 : 1, sizeof header + size, Clock::now() + hub->opts.send_timeout, *closed);
+  if (put != lane::Producer::Put::Ok && put != lane::Producer::Put::Ring) return false;
+  last_sent.store(now_ns(), std::memory_order_relaxed);
+  return put == lane::Producer::Put::Ok || write_frame(kDoorbell, 0, nullptr, 0, true);
+}
+
+LaneWatch::LaneWatch() {
+  auto& r = lanes();
+  if (r.count.load() == 0) return;
+  {
+    std::lock_guard lk(r.mu);
+    lanes_ = r.lanes;
+  }
+  for (auto& l : lanes_) l->in.control().awake.fetch_add(1);
+}
+
+LaneWatch::~LaneWatch() {
+  for (auto& l : lanes_) {
+    // seq_cst, then pending(): a frame published before this is seen here, one after it rings
+    // the doorbell (lane::Producer::put).
+    l->in.control().awake.fetch_sub(1);
+    Lane::drain(*l);
+  }
+}
+
+std::size_t LaneWatch::drain() {
+  std::size_t n = 0;
+  for (auto& l : lanes_) n += Lane::drain(*l);
+  return n;
+}
+
+// ---- a link, continued --------------------------------------------------------------------------
+
+Link::Link(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) { impl_->closed = &closed_; }
+
+bool Link::has_lane() const { return impl_->lane_on.load(); }
 
 Link::~Link() {
   boost::system::error_code ec;
@@ -426,18 +635,24 @@ void Link::set_handlers(MessageHandler on_message, ClosedHandler on_closed) {
 bool Link::send(char kind, const std::vector<char>& body, Send how) { return send(kind, body.data(), body.size(), how); }
 
 bool Link::send(char kind, const char* data, std::size_t size, Send how) {
-  if (closed() || kind == kHeartbeat || size > kMaxMessage) return false;
+  if (closed() || internal_kind(kind) || size > kMaxMessage) return false;
   auto& m = *impl_;
   m.hub->sent.fetch_add(1, std::memory_order_relaxed);
-  if (how == Send::Batched && size <= kBatchedBody) {
-    bool full = false;
+  // By a lane a message costs a copy: nothing to batch.
+  if (how == Send::Batched && size <= kBatchedBody && !m.lane_on.load(std::memory_order_relaxed)) {
+    bool full = false, by_lane = false;
     {
       std::lock_guard lk(m.out_mu);
       if (closed()) return false;
-      m.queue_frame(kind, data, size);
-      full = m.outbox.size() >= kOutbox;
+      by_lane = m.lane_on.load(std::memory_order_relaxed);   // switched meanwhile: by the lane, below
+      if (!by_lane) {
+        m.queue_frame(kind, data, size);
+        full = m.outbox.size() >= kOutbox;
+      }
     }
-    if (!full) {
+    if (by_lane) {
+      // switched meanwhile: a Now send below, which goes by the lane
+    } else if (!full) {
       auto& b = batched();
       {
         std::lock_guard lk(b.mu);
@@ -452,7 +667,7 @@ bool Link::send(char kind, const char* data, std::size_t size, Send how) {
     } else {
       flush();   // a full outbox: this sender waits for the socket, as a Now send does
     }
-    return !closed();
+    if (!by_lane) return !closed();
   }
   if (size <= kMaxChunk) {
     std::lock_guard lk(m.write_mu);
@@ -538,15 +753,6 @@ void Link::close(const std::string& why) {
 }
 
 namespace {
-
-// A frame's 6-byte header (put_header's): its body size, or nullopt when over `max` or malformed.
-std::optional<std::size_t> parse_header(const unsigned char* h, std::uint32_t max, char& kind, std::uint8_t& flags) {
-  std::uint32_t n = std::uint32_t(h[0]) | std::uint32_t(h[1]) << 8 | std::uint32_t(h[2]) << 16 | std::uint32_t(h[3]) << 24;
-  if (n < 2 || n - 2 > max) return std::nullopt;
-  kind = char(h[4]);
-  flags = h[5];
-  return std::size_t(n - 2);
-}
 
 asio::awaitable<bool> read_frame(tcp::socket& s, std::uint32_t max, char& kind, std::uint8_t& flags,
                                  std::vector<char>& body) {
@@ -730,6 +936,9 @@ asio::awaitable<bool> peer_ended(Link::Impl& m, std::chrono::milliseconds patien
 asio::awaitable<void> finish(std::shared_ptr<Link> link, Link::Impl& m, std::string why) {
   const bool here = link->closed();   // close() was called before the read loop saw the end
   link->close(why);   // shut down: a sender still in write_frame fails at once and lets go
+  // The lane: what the peer published before its end is handled, as its socket's bytes were;
+  // then nothing more is taken, and no thread runs the handlers any longer.
+  if (m.peer_switched) Lane::end(m.lane, !here);
   boost::system::error_code ec;
   m.timer.cancel();
   std::string reason;
@@ -795,54 +1004,142 @@ struct LinkLoops {
     auto& m = *link->impl_;
     char kind = 0;
     std::uint8_t flags = 0;
-    std::vector<char> body, joined;
-    char joined_kind = 0;
-    bool assembling = false;
-    std::uint64_t expected = 0;
+    std::vector<char> body;
+    Reassembly joined;
     std::string why = "the peer closed the link";
     try {   // whatever happens, the link ends through finish() and its closed handler runs
       FrameReader reader(m.socket);
       while (co_await reader.next(kMaxChunk, kind, flags, body)) {
         m.last_heard.store(now_ns(), std::memory_order_relaxed);
-        if (kind == kHeartbeat) continue;
-        if (flags & kChunkFlag) {
-          const bool first = flags & kFirstFlag;
-          if (first != !assembling || (!first && kind != joined_kind)) { why = "chunks out of order"; break; }
-          std::size_t from = 0;
-          if (first) {
-            if (body.size() < 8) { why = "a first chunk without its size"; break; }
-            std::uint64_t total = 0;
-            for (int i = 0; i < 8; ++i) total |= std::uint64_t(std::uint8_t(body[std::size_t(i)])) << (8 * i);
-            if (total > kMaxMessage) { why = "a message over the size limit"; break; }
-            expected = total;
-            joined.clear();
-            joined.reserve(total);
-            joined_kind = kind;
-            assembling = true;
-            from = 8;
-          }
-          if (joined.size() + (body.size() - from) > expected) { why = "a message longer than it said"; break; }
-          joined.insert(joined.end(), body.begin() + std::ptrdiff_t(from), body.end());
-          if (!(flags & kLastFlag)) continue;
-          if (joined.size() != expected) { why = "a message shorter than it said"; break; }
-          assembling = false;
-          body.swap(joined);
-          std::vector<char>().swap(joined);
+        if (internal_kind(kind)) {
+          why = own_message(link, kind, flags, body);
+          if (!why.empty()) break;
+          continue;
         }
+        if (m.peer_switched) { why = "a message on the socket after the peer moved to its lane"; break; }
+        std::vector<char>* message = nullptr;
+        try {
+          message = joined.feed(kind, flags, body);
+        } catch (const std::runtime_error& e) {
+          why = e.what();
+          break;
+        }
+        if (message == nullptr) continue;
         m.hub->received.fetch_add(1, std::memory_order_relaxed);
         try {
-          if (m.on_message) m.on_message(*link, kind, body);
+          if (m.on_message) m.on_message(*link, kind, *message);
         } catch (const std::exception& e) {   // a bad message from the peer: this link ends
           why = std::string("a message was refused: ") + e.what();
           break;
         }
-        if (body.capacity() > 4 * std::size_t(kMaxChunk)) std::vector<char>().swap(body);   // a big one passed
+        if (message->capacity() > 4 * std::size_t(kMaxChunk)) std::vector<char>().swap(*message);   // a big one passed
         if (link->closed()) break;
       }
+      if (why.empty()) why = "the peer closed the link";
     } catch (const std::exception& e) {
       why = std::string("the read loop failed: ") + e.what();
     }
     co_await finish(link, m, why);
+  }
+
+  // A link's own message on the socket (heartbeat, lane offer, refusal, switch, doorbell): ""
+  // when taken, else why the link ends. On the io thread.
+  static std::string own_message(const std::shared_ptr<Link>& link, char kind, std::uint8_t flags, const std::vector<char>& body) {
+    auto& m = *link->impl_;
+    if (kind == kHeartbeat) return "";
+    if (flags != 0) return "a link's own message in chunks";
+    switch (kind) {
+      case kLaneOffer: return take_offer(link, body);
+      case kLaneRefused:
+        if (!m.offerer || m.peer_switched || m.lane_on.load()) return "a lane refused that was not offered";
+        {
+          std::lock_guard lk(m.write_mu);
+          m.lane.reset();   // the offer's file goes with it: messages stay on the socket
+        }
+        return "";
+      case kLaneSwitch:
+        if (!m.lane || m.peer_switched || !body.empty() || (!m.offerer && !m.lane_on.load())) return "a switch to no lane";
+        m.peer_switched = true;
+        Lane::open(m.lane);
+        Lane::drain(*m.lane);
+        if (m.offerer) {   // the acceptor has switched: this side follows, and the file has been opened
+          m.lane->map->close_fd();
+          if (!switch_to_lane(*link)) return "";   // closed meanwhile: the read loop sees it
+        }
+        return "";
+      case kDoorbell:
+        if (!m.peer_switched) return "a doorbell with no lane";
+        m.lane->in.control().rung.store(0);   // seq_cst, then the drain's look: see lane::Producer::put
+        Lane::drain(*m.lane);
+        return "";
+      default: return "an unknown link message " + std::to_string(int(static_cast<unsigned char>(kind)));
+    }
+  }
+
+  // Offer (connector): a fresh lane file for the peer to open, as the link's first message.
+  static void offer_lane(const std::shared_ptr<Link>& link) {
+    auto& m = *link->impl_;
+    if (!m.hub->lanes || m.pidfd < 0) return;   // another host (or a peer whose pid is unsure)
+    try {
+      auto map = lane::Mapping::create(lane::kCapacity);
+      std::vector<char> body(4 + 8 + map->magic().size());
+      const std::uint32_t fd = std::uint32_t(map->fd());
+      const std::uint64_t cap = map->capacity();
+      for (int i = 0; i < 4; ++i) body[std::size_t(i)] = char((fd >> (8 * i)) & 0xFF);
+      for (int i = 0; i < 8; ++i) body[std::size_t(4 + i)] = char((cap >> (8 * i)) & 0xFF);
+      std::memcpy(body.data() + 12, map->magic().data(), map->magic().size());
+      m.lane = std::make_shared<Lane>(std::move(map), true, link);
+      m.offerer = true;
+      std::lock_guard lk(m.write_mu);
+      m.write_frame(kLaneOffer, 0, body.data(), body.size(), true);   // a failure shows as the link's end
+    } catch (const std::exception& e) {
+      spdlog::debug("links: no lane to {}: {}", link->address(), e.what());
+      m.lane.reset();
+      m.offerer = false;
+    }
+  }
+
+  // Acceptor: opens the offered file and switches to it, or refuses (messages stay on the socket).
+  static std::string take_offer(const std::shared_ptr<Link>& link, const std::vector<char>& body) {
+    auto& m = *link->impl_;
+    if (m.offerer || m.lane) return "a second lane offer";
+    lane::Magic magic{};
+    if (body.size() != 12 + magic.size()) return "a malformed lane offer";
+    std::uint32_t fd = 0;
+    std::uint64_t cap = 0;
+    for (int i = 0; i < 4; ++i) fd |= std::uint32_t(std::uint8_t(body[std::size_t(i)])) << (8 * i);
+    for (int i = 0; i < 8; ++i) cap |= std::uint64_t(std::uint8_t(body[std::size_t(4 + i)])) << (8 * i);
+    std::memcpy(magic.data(), body.data() + 12, magic.size());
+    if (m.hub->lanes && m.pidfd >= 0 && fd <= std::uint32_t(INT32_MAX)) {
+      try {
+        m.lane = std::make_shared<Lane>(lane::Mapping::open(link->peer().pid, int(fd), magic, cap), false, link);
+      } catch (const std::exception& e) {
+        spdlog::debug("links: the lane {} offered is refused: {}", link->address(), e.what());
+      }
+    }
+    if (m.lane) {
+      switch_to_lane(*link);
+      return "";
+    }
+    std::lock_guard lk(m.write_mu);
+    m.write_frame(kLaneRefused, 0, nullptr, 0, true);
+    return "";
+  }
+
+  // This side's last message on the socket says that its next ones come by the lane. Taken under
+  // every lock a sender holds, so that no message or chunk straddles it. False if the link closed.
+  static bool switch_to_lane(Link& link) {
+    auto& m = *link.impl_;
+    std::lock_guard bulk(m.bulk_mu);
+    std::lock_guard wk(m.write_mu);
+    if (link.closed()) return false;
+    {
+      std::lock_guard ok(m.out_mu);   // from here a batched sender goes by the lane (after write_mu)
+      m.lane_on.store(true);
+    }
+    // The outbox (batched before the switch) goes ahead of it, on the socket.
+    if (!m.write_frame(kLaneSwitch, 0, nullptr, 0, true)) link.close("a send failed (the stream is broken)");
+    return !link.closed();
   }
 
   static asio::awaitable<void> beat(std::shared_ptr<Link> link) {
@@ -1055,6 +1352,7 @@ std::shared_ptr<Link> LinkHub::connect(const std::string& address, Link::Message
     link->address_ = address;
     link->set_handlers(std::move(on_message), std::move(on_closed));
     hub->remember(link);
+    LinkLoops::offer_lane(link);   // its first message, if the peer is on this host
     LinkLoops::start(link);
     made->set_value(link);
   });

@@ -5,6 +5,7 @@
 #include <caf/all.hpp>
 
 #include "troupe/actor_ref.hpp"
+#include "troupe/net/link.hpp"
 #include "troupe/net/token.hpp"
 
 namespace troupe::detail {
@@ -47,13 +48,17 @@ using Host = caf::stateful_actor<HostState>;
 // usually sends the next call within a microsecond or two, and a thread that yielded its core to
 // another process's thread would lose the wake-up preemption a parked one gets, so that a call
 // arriving meanwhile waited for that thread's time slice (measured beside a busy loop: 0.4 x the
-// calls). After a call from another process the next one takes a round trip through two link io
-// threads, which may need this core: the host yields it between looks.
+// calls). After a call from another process the host yields its core between looks (a link io
+// thread may need it) and takes what arrives in this process's lanes itself: the next call,
+// published there by its caller, then reaches the mailbox with no io thread woken.
 void linger(Host* self, bool remote) {
   if (!self->state.linger) return;
   const auto until = std::chrono::steady_clock::now() + kLinger;
-  if (remote) {
-    while (self->mailbox().empty() && std::chrono::steady_clock::now() < until) sched_yield();
+  if (remote) {   // the next call may come by a lane: this thread takes it there itself
+    net::LaneWatch lanes;
+    while (self->mailbox().empty() && std::chrono::steady_clock::now() < until) {
+      if (lanes.drain() == 0) sched_yield();
+    }
     return;
   }
   for (unsigned i = 0; self->mailbox().empty(); ++i) {

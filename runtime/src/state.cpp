@@ -12,8 +12,9 @@ namespace {
 // A reply often arrives within microseconds; looking for it that long before sleeping saves two
 // context switches per synchronous call. Bounded, so an idle waiter costs nothing. An in-process
 // reply is looked for with pauses; one from another process with sched_yield between looks, since
-// the thread that brings it (this process's link io thread) may need this very core: on a 2-vCPU
-// VM a waiter that only pauses holds it off for the whole spin.
+// the thread that brings it (this process's link io thread, when it does not come by a lane this
+// waiter drains) may need this very core: on a 2-vCPU VM a waiter that only pauses holds it off
+// for the whole spin.
 constexpr int kSpinIterations = 1000;
 constexpr auto kYieldFor = std::chrono::microseconds(50);
 
@@ -32,9 +33,12 @@ void StateBase::wait() {
   if (ready()) return;
   if (remote_.load(std::memory_order_relaxed)) {
     net::flush_batched();
+    // While it looks, this thread takes the messages of this process's lanes itself (the reply
+    // among them), so that no io thread has to wake and hand the reply over.
+    net::LaneWatch lanes;
     for (const auto until = std::chrono::steady_clock::now() + kYieldFor; std::chrono::steady_clock::now() < until;) {
       if (ready()) return;
-      sched_yield();
+      if (lanes.drain() == 0) sched_yield();
     }
   } else {
     for (int i = 0; i < kSpinIterations; ++i) {

@@ -71,9 +71,19 @@ bool pulls_tensors(const detail::WireReply& r) {
 
 }  // namespace
 
+namespace {
+// Same-host links get a shared-memory lane: on_message is thread-safe (the tables it reads are
+// locked, a call is a mailbox send, a reply completes a future), as a lane requires.
+net::LinkOptions link_options() {
+  net::LinkOptions o;
+  o.lane = true;
+  return o;
+}
+}  // namespace
+
 Peers::Peers(detail::RuntimeImpl& rt, std::string token, std::string role)
-    : rt_(rt), hub_(std::make_unique<net::LinkHub>(token, net::self_identity(role))), token_(std::move(token)),
-      role_(std::move(role)) {}
+    : rt_(rt), hub_(std::make_unique<net::LinkHub>(token, net::self_identity(role), link_options())),
+      token_(std::move(token)), role_(std::move(role)) {}
 
 Peers::~Peers() { stop(); }
 

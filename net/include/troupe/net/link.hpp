@@ -12,6 +12,16 @@
 //
 // One io thread per LinkHub runs every link's reads, accepts and timers; handlers run on it and
 // must be short. Sends are made on the sender's own thread (no hop), one frame at a time.
+//
+// Lanes (LinkOptions::lane): a link between two processes on one host whose hubs both allow it
+// moves its messages to shared memory right after the handshake (lane.hpp: a ring each way; the
+// socket stays for heartbeats, doorbells and the end of the link). A message then costs no system
+// call while a thread of the receiver looks at the lane: its io thread while it lingers, or any
+// thread inside a LaneWatch (a caller waiting for a reply, an actor waiting for its next call),
+// which handles the messages itself, so the io thread's hop drops out of a call's round trip.
+// Such a link's message handler must therefore be safe to run on any thread, one message at a
+// time per link (several links' handlers may run at once). Order per link is kept across the
+// switch: each side's last message on the socket says that its next ones come by the lane.
 #pragma once
 
 #include <atomic>
@@ -47,6 +57,9 @@ struct LinkOptions {
   std::chrono::milliseconds silence_limit{3000};    // nothing heard for this long: frozen, closed
   std::chrono::milliseconds handshake_timeout{5000};
   std::chrono::milliseconds send_timeout{10000};    // a peer that stops reading blocks a send this long
+  // Same-host links to hubs that allow it too get a shared-memory lane (see above); the message
+  // handlers of this hub's links must then be thread-safe. TROUPE_LINK_LANE=0 turns lanes off.
+  bool lane = false;
 };
 
 class LinkHub;
@@ -78,7 +91,7 @@ class Link : public std::enable_shared_from_this<Link> {
   // or an outbox over 64 KiB. Either way messages leave in the order they were sent.
   enum class Send { Now, Batched };
 
-  // Sends one message (kind: any byte but the reserved heartbeat 'h'). Thread-safe; blocks until
+  // Sends one message (kind: any byte from 0x20 up but 'h'; the rest are the links' own). Thread-safe; blocks until
   // the bytes are handed to the kernel (or, Batched, the outbox), at most send_timeout. False once
   // the link is closed (the message was not sent) or the body exceeds kMaxMessage.
   bool send(char kind, const std::vector<char>& body, Send how = Send::Now);
@@ -88,6 +101,8 @@ class Link : public std::enable_shared_from_this<Link> {
   bool closed() const { return closed_.load(std::memory_order_acquire); }
   const PeerIdentity& peer() const { return peer_; }
   const std::string& address() const { return address_; }   // the peer's "host:port"
+  // Whether this side's messages go by a shared-memory lane now (see above).
+  bool has_lane() const;
   // Installs the handlers (a link accepted by a hub starts without: set them before it reads).
   void set_handlers(MessageHandler on_message, ClosedHandler on_closed);
 
@@ -97,6 +112,8 @@ class Link : public std::enable_shared_from_this<Link> {
   friend class LinkHub;
   friend struct LinkLoops;
   friend void flush_batched();
+  friend struct Lane;
+  friend class LaneWatch;
   // Writes the outbox now, waiting for the socket up to send_timeout (a full outbox's sender).
   void flush();
   // Writes what the socket takes of the outbox now; the io thread writes the rest once it can.
@@ -113,6 +130,27 @@ class Link : public std::enable_shared_from_this<Link> {
 // without waiting (the io thread writes any rest once it can): a thread about to wait for replies
 // calls it, so that its call is not left in an outbox meanwhile. Never blocks on a slow peer.
 void flush_batched();
+
+struct Lane;   // link.cpp's
+
+// While one lives, this thread counts as looking at every lane of this process that was open when
+// it was made: their senders ring no doorbell, and drain() handles what they carry, here. For a
+// thread about to wait microseconds for a message (a reply, the next call); it must not hold one
+// longer than a spin (a lane watched by no one wakes its io thread, one watched by a thread that
+// does not drain it waits for that thread). Leaving, it handles what arrived meanwhile.
+class LaneWatch {
+ public:
+  LaneWatch();
+  ~LaneWatch();
+  LaneWatch(const LaneWatch&) = delete;
+  LaneWatch& operator=(const LaneWatch&) = delete;
+  // Handles the messages waiting in the watched lanes (a lane another thread is draining is left
+  // to it). Returns how many it handled.
+  std::size_t drain();
+
+ private:
+  std::vector<std::shared_ptr<Lane>> lanes_;
+};
 
 // A process's links: the io thread, a listener (optional) and the links it opened or accepted.
 class LinkHub {

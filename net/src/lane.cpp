@@ -1,0 +1,210 @@
+#include "lane.hpp"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <openssl/rand.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <new>
+#include <stdexcept>
+#include <string>
+
+#include "frame_header.hpp"
+
+namespace troupe::net::lane {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr std::size_t kHeaderPage = 4096;
+// How long a producer short of room yields before it sleeps on the futex: the consumer is
+// usually taking frames right now.
+constexpr auto kYieldFor = std::chrono::microseconds(50);
+// A futex sleep's longest slice: the producer looks at `stop` and its deadline between slices
+// (a link closed meanwhile does not wake it).
+constexpr auto kSleepSlice = std::chrono::milliseconds(10);
+
+// The header page: what the file is, then the two rings' words.
+struct Header {
+  Magic magic;
+  std::uint64_t capacity;
+  alignas(64) Control rings[2];
+};
+static_assert(sizeof(Header) <= kHeaderPage);
+
+// Not FUTEX_PRIVATE: the word is shared with another process.
+void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t seen, std::chrono::nanoseconds for_) {
+  timespec ts{};
+  ts.tv_sec = time_t(for_.count() / 1'000'000'000);
+  ts.tv_nsec = long(for_.count() % 1'000'000'000);
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, seen, &ts, nullptr, 0);
+}
+
+void futex_wake(std::atomic<std::uint32_t>& word) {
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, 1, nullptr, nullptr, 0);
+}
+
+std::size_t file_size(std::uint64_t capacity) { return kHeaderPage + 2 * std::size_t(capacity); }
+
+bool sane_capacity(std::uint64_t capacity) {
+  return capacity >= 2 * (kFrameHeader + (256u << 10)) && capacity <= (std::uint64_t(64) << 20) && capacity % 4096 == 0;
+}
+
+[[noreturn]] void fail(const std::string& what) { throw std::runtime_error(what + ": " + std::strerror(errno)); }
+
+}  // namespace
+
+std::shared_ptr<Mapping> Mapping::create(std::uint64_t capacity) {
+  if (!sane_capacity(capacity)) throw std::runtime_error("a lane's capacity out of range");
+  std::shared_ptr<Mapping> m(new Mapping());
+  m->capacity_ = capacity;
+  m->size_ = file_size(capacity);
+  m->fd_ = int(::syscall(SYS_memfd_create, "troupe-lane", MFD_CLOEXEC));
+  if (m->fd_ < 0) fail("memfd_create");
+  if (::ftruncate(m->fd_, off_t(m->size_)) != 0) fail("ftruncate");
+  m->base_ = ::mmap(nullptr, m->size_, PROT_READ | PROT_WRITE, MAP_SHARED, m->fd_, 0);
+  if (m->base_ == MAP_FAILED) {
+    m->base_ = nullptr;
+    fail("mmap");
+  }
+  if (RAND_bytes(m->magic_.data(), int(m->magic_.size())) != 1) throw std::runtime_error("no random bytes");
+  auto* h = new (m->base_) Header{};   // the file is zeros: this only starts the atomics' lifetimes
+  h->magic = m->magic_;
+  h->capacity = capacity;
+  return m;
+}
+
+std::shared_ptr<Mapping> Mapping::open(std::uint32_t pid, int fd, const Magic& magic, std::uint64_t capacity) {
+  if (!sane_capacity(capacity) || fd < 0) throw std::runtime_error("a lane offer out of range");
+  std::shared_ptr<Mapping> m(new Mapping());
+  m->capacity_ = capacity;
+  m->size_ = file_size(capacity);
+  const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+  m->fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (m->fd_ < 0) fail("cannot open " + path);
+  struct stat st {};
+  if (::fstat(m->fd_, &st) != 0) fail("fstat");
+  if (!S_ISREG(st.st_mode) || std::uint64_t(st.st_size) != m->size_) throw std::runtime_error(path + " is not a lane file");
+  m->base_ = ::mmap(nullptr, m->size_, PROT_READ | PROT_WRITE, MAP_SHARED, m->fd_, 0);
+  if (m->base_ == MAP_FAILED) {
+    m->base_ = nullptr;
+    fail("mmap");
+  }
+  const auto* h = static_cast<const Header*>(m->base_);
+  if (std::memcmp(h->magic.data(), magic.data(), magic.size()) != 0 || h->capacity != capacity) {
+    throw std::runtime_error(path + " is not the lane offered");   // another file: a reused pid
+  }
+  m->magic_ = magic;
+  m->close_fd();   // mapped: the descriptor is no longer needed
+  return m;
+}
+
+Mapping::~Mapping() {
+  if (base_ != nullptr) ::munmap(base_, size_);
+  close_fd();
+}
+
+void Mapping::close_fd() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+Control& Mapping::control(int ring) const { return static_cast<Header*>(base_)->rings[ring]; }
+
+char* Mapping::data(int ring) const { return static_cast<char*>(base_) + kHeaderPage + std::size_t(ring) * capacity_; }
+
+// ---- producer -----------------------------------------------------------------------------------
+
+Producer::Producer(std::shared_ptr<Mapping> map, int ring)
+    : map_(std::move(map)), c_(map_->control(ring)), data_(map_->data(ring)), cap_(map_->capacity()) {}
+
+Producer::Put Producer::put(const iovec* parts, int count, std::size_t total, Clock::time_point deadline,
+                            const std::atomic<bool>& stop) {
+  if (total > cap_) return Put::Broken;
+  const auto yield_until = Clock::now() + kYieldFor;
+  for (;;) {
+    const std::uint64_t used = head_ - c_.tail.load(std::memory_order_acquire);
+    if (used > cap_) return Put::Broken;   // a tail ahead of the head, or too far behind
+    if (cap_ - used >= total) break;
+    if (stop.load(std::memory_order_acquire)) return Put::Stopped;
+    const auto now = Clock::now();
+    if (now >= deadline) return Put::Timeout;
+    if (now < yield_until) {
+      sched_yield();
+      continue;
+    }
+    // Sleep until the consumer makes room. `waiting` and the tail are a seq_cst pair with the
+    // consumer's tail and `waiting` (Consumer::next): one of the two sides sees the other.
+    const std::uint32_t seen = c_.room.load();
+    c_.waiting.store(1);
+    if (cap_ - (head_ - c_.tail.load()) < total) {
+      futex_wait(c_.room, seen, std::min<std::chrono::nanoseconds>(kSleepSlice, deadline - now));
+    }
+    c_.waiting.store(0);
+  }
+  std::uint64_t at = head_;
+  for (int i = 0; i < count; ++i) {
+    const char* from = static_cast<const char*>(parts[i].iov_base);
+    std::size_t left = parts[i].iov_len;
+    while (left > 0) {
+      const std::size_t off = std::size_t(at % cap_);
+      const std::size_t n = std::min<std::size_t>(left, std::size_t(cap_) - off);
+      std::memcpy(data_ + off, from, n);
+      from += n;
+      left -= n;
+      at += n;
+    }
+  }
+  head_ = at;
+  // Published; then, seq_cst with the consumers' `awake` (LaneWatch): a consumer that stopped
+  // looking before this sees the frame when it checks once more, or this sees no one awake.
+  c_.head.store(head_);
+  if (c_.awake.load() == 0 && c_.rung.exchange(1) == 0) return Put::Ring;
+  return Put::Ok;
+}
+
+// ---- consumer -----------------------------------------------------------------------------------
+
+Consumer::Consumer(std::shared_ptr<Mapping> map, int ring)
+    : map_(std::move(map)), c_(map_->control(ring)), data_(map_->data(ring)), cap_(map_->capacity()) {}
+
+void Consumer::copy_out(std::uint64_t at, char* to, std::size_t n) const {
+  while (n > 0) {
+    const std::size_t off = std::size_t(at % cap_);
+    const std::size_t k = std::min<std::size_t>(n, std::size_t(cap_) - off);
+    std::memcpy(to, data_ + off, k);
+    to += k;
+    n -= k;
+    at += k;
+  }
+}
+
+Consumer::Got Consumer::next(std::uint32_t max_body, char& kind, std::uint8_t& flags, std::vector<char>& body) {
+  const std::uint64_t avail = c_.head.load(std::memory_order_acquire) - tail_;
+  if (avail == 0) return Got::None;
+  if (avail > cap_ || avail < kFrameHeader) return Got::Broken;   // frames are published whole
+  unsigned char h[kFrameHeader];
+  copy_out(tail_, reinterpret_cast<char*>(h), sizeof h);
+  const auto size = parse_header(h, max_body, kind, flags);
+  if (!size || kFrameHeader + *size > avail) return Got::Broken;
+  body.resize(*size);
+  copy_out(tail_ + kFrameHeader, body.data(), *size);
+  tail_ += kFrameHeader + *size;
+  c_.tail.store(tail_);   // seq_cst, then `waiting`: see Producer::put
+  if (c_.waiting.load() != 0) {
+    c_.room.fetch_add(1);
+    futex_wake(c_.room);
+  }
+  return Got::Frame;
+}
+
+bool Consumer::pending() const { return c_.head.load() != c_.tail.load(); }
+
+}  // namespace troupe::net::lane
