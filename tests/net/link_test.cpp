@@ -11,6 +11,9 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <random>
 #include <string>
@@ -367,4 +370,197 @@ TEST_CASE("links: a message of hundreds of megabytes does not starve the heartbe
   CHECK(server.inbox.got[0].second == big);
   CHECK_FALSE(inbox.closed);
   CHECK_FALSE(server.inbox.closed);
+}
+
+// ---- lanes --------------------------------------------------------------------------------------
+
+namespace {
+
+net::LinkOptions with_lane() {
+  net::LinkOptions o;
+  o.lane = true;
+  return o;
+}
+
+// Until `link` sends by its lane, at most `t`.
+bool wait_lane(const net::Link& link, std::chrono::milliseconds t = 5s) {
+  for (const auto until = std::chrono::steady_clock::now() + t; std::chrono::steady_clock::now() < until;) {
+    if (link.has_lane()) return true;
+    std::this_thread::sleep_for(1ms);   // a test's look; the link itself waits for nothing
+  }
+  return link.has_lane();
+}
+
+// The start addresses of this process's mappings of lane files (/proc/self/maps).
+std::vector<char*> lane_mappings() {
+  std::vector<char*> found;
+  std::FILE* f = std::fopen("/proc/self/maps", "r");
+  REQUIRE(f != nullptr);
+  char line[512];
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::strstr(line, "memfd:troupe-lane") == nullptr) continue;
+    found.push_back(reinterpret_cast<char*>(std::strtoull(line, nullptr, 16)));
+  }
+  std::fclose(f);
+  return found;
+}
+
+// The first `n` messages `inbox` got: kind 'm' with bodies 0..n-1 (4 bytes each, little-endian),
+// with bodies of `big` between them where `big_every` says.
+void check_sequence(Inbox& inbox, int n, const std::vector<char>& big, int big_every) {
+  std::lock_guard lk(inbox.mu);
+  std::size_t at = 0;
+  for (int i = 0; i < n; ++i) {
+    REQUIRE(at < inbox.got.size());
+    const auto& [kind, body] = inbox.got[at++];
+    REQUIRE(kind == 'm');
+    REQUIRE(body.size() == 4);
+    int v = 0;
+    std::memcpy(&v, body.data(), 4);
+    REQUIRE(v == i);
+    if (i % big_every == big_every - 1) {
+      REQUIRE(at < inbox.got.size());
+      CHECK(inbox.got[at].first == 'b');
+      CHECK(inbox.got[at++].second == big);
+    }
+  }
+}
+
+void send_sequence(net::Link& link, int n, const std::vector<char>& big, int big_every) {
+  for (int i = 0; i < n; ++i) {
+    char b[4];
+    std::memcpy(b, &i, 4);
+    REQUIRE(link.send('m', b, 4, i % 2 == 0 ? net::Link::Send::Batched : net::Link::Send::Now));
+    if (i % big_every == big_every - 1) REQUIRE(link.send('b', big));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("links: same-host hubs that allow it move to a lane, in order across the switch, both ways, any size") {
+  auto quiet = with_lane();
+  quiet.heartbeat = 60s;   // nothing but the test's messages wakes an io thread
+  Server server("secret", quiet);
+  Client client(server, quiet);
+  std::shared_ptr<net::Link> accepted;
+  for (int i = 0; i < 500 && !accepted; ++i) {
+    {
+      std::lock_guard lk(server.mu);
+      if (!server.links.empty()) accepted = server.links[0];
+    }
+    if (!accepted) std::this_thread::sleep_for(1ms);
+  }
+  REQUIRE(accepted != nullptr);
+  // Sent at once, both ways, so that the switch happens somewhere among them; a big message (two
+  // and a half rings' worth, in chunks) every 500.
+  const auto big = pattern(2621440 + 5, 3);
+  constexpr int kN = 3000, kBigEvery = 500;
+  std::thread back([&] { send_sequence(*accepted, kN, big, kBigEvery); });
+  send_sequence(*client.link, kN, big, kBigEvery);
+  back.join();
+  const std::size_t total = kN + kN / kBigEvery;
+  REQUIRE(server.inbox.wait_messages(total, 30s));
+  REQUIRE(client.inbox.wait_messages(total, 30s));
+  check_sequence(server.inbox, kN, big, kBigEvery);
+  check_sequence(client.inbox, kN, big, kBigEvery);
+  CHECK(wait_lane(*client.link));
+  CHECK(wait_lane(*accepted));
+
+  // A thread inside a LaneWatch takes the messages itself, here: their sender rings no doorbell,
+  // so the client's io thread, parked by now, does not wake to take one.
+  std::this_thread::sleep_for(20ms);   // past the io threads' linger
+  std::atomic<int> here{0};
+  const auto me = std::this_thread::get_id();
+  client.link->set_handlers([&](net::Link&, char, std::vector<char>&) {
+    if (std::this_thread::get_id() == me) ++here;
+  }, client.inbox.on_closed());
+  {
+    net::LaneWatch watch;
+    for (int i = 0; i < 20; ++i) {
+      REQUIRE(accepted->send('p', std::vector<char>{char(i)}));
+      for (const auto until = std::chrono::steady_clock::now() + 2s; std::chrono::steady_clock::now() < until;) {
+        if (watch.drain() > 0) break;
+      }
+    }
+  }
+  CHECK(here.load() == 20);
+
+  // Its end reads as on a socket: the peer closed it, and its process runs on.
+  client.link->close();
+  REQUIRE(server.inbox.wait_closed(5s));
+  CHECK(server.inbox.end == net::LinkEnd::Lost);
+  CHECK_FALSE(client.link->send('m', std::vector<char>{1}));
+}
+
+TEST_CASE("links: a hub that does not allow lanes refuses one, and so does TROUPE_LINK_LANE=0; messages stay on the socket") {
+  SUBCASE("the acceptor refuses") {
+    Server server("secret");   // lanes not allowed
+    Client client(server, with_lane());
+    const auto big = pattern(700000, 5);
+    send_sequence(*client.link, 400, big, 100);
+    REQUIRE(server.inbox.wait_messages(404));
+    check_sequence(server.inbox, 400, big, 100);
+    CHECK_FALSE(client.link->has_lane());
+  }
+  SUBCASE("the environment turns them off") {
+    const char* was = std::getenv("TROUPE_LINK_LANE");
+    const std::string before = was != nullptr ? was : "";
+    ::setenv("TROUPE_LINK_LANE", "0", 1);
+    Server server("secret", with_lane());
+    Client client(server, with_lane());
+    if (was != nullptr) ::setenv("TROUPE_LINK_LANE", before.c_str(), 1);
+    else ::unsetenv("TROUPE_LINK_LANE");
+    send_sequence(*client.link, 100, {}, 1000);
+    REQUIRE(server.inbox.wait_messages(100));
+    check_sequence(server.inbox, 100, {}, 1000);
+    CHECK_FALSE(client.link->has_lane());
+  }
+}
+
+TEST_CASE("links: a lane whose rings were written over closes its link alone; a peer that stops taking times a sender out") {
+  SUBCASE("a ring's head past its size") {
+    const auto before = lane_mappings().size();
+    Server server("secret", with_lane());
+    Client victim(server, with_lane());
+    REQUIRE(victim.link->send('m', std::vector<char>{1}));
+    REQUIRE(server.inbox.wait_messages(1));
+    REQUIRE(wait_lane(*victim.link));
+    const auto maps = lane_mappings();
+    REQUIRE(maps.size() == before + 2);   // the file, mapped by each end
+    Client other(server, with_lane());    // a second link to the same hub: it must stay open
+    REQUIRE(wait_lane(*other.link));
+    // The client-to-server ring's head (header: magic, capacity, then each ring's words on
+    // 64-byte lines, the head first): far past anything published.
+    auto* head = reinterpret_cast<std::atomic<std::uint64_t>*>(maps.back() + 64);
+    head->store(std::uint64_t(1) << 40);
+    {
+      net::LaneWatch watch;   // whoever looks next finds it: here, this thread
+      watch.drain();
+    }
+    REQUIRE(server.inbox.wait_closed(5s));
+    CHECK(server.inbox.why.find("malformed") != std::string::npos);
+    REQUIRE(victim.inbox.wait_closed(5s));
+    REQUIRE(other.link->send('o', std::vector<char>{2}));
+    REQUIRE(server.inbox.wait_messages(2));
+    CHECK(server.inbox.got.back().first == 'o');
+    CHECK_FALSE(other.link->closed());
+  }
+  SUBCASE("a frozen consumer") {
+    net::LinkOptions o = with_lane();
+    o.send_timeout = 300ms;
+    Server server("secret", o);
+    Client client(server, o);
+    REQUIRE(client.link->send('m', std::vector<char>{1}));
+    REQUIRE(server.inbox.wait_messages(1));
+    REQUIRE(wait_lane(*client.link));
+    std::unique_lock held(server.gate);   // the server's next handler stops: nothing more is taken
+    const std::vector<char> chunk(64u << 10, 'x');
+    bool refused = false;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 64 && !refused; ++i) refused = !client.link->send('f', chunk);   // 4 MiB > the ring
+    CHECK(refused);
+    CHECK(client.link->closed());
+    CHECK(std::chrono::steady_clock::now() - t0 < 10s);   // the timeout's 300 ms, not forever
+    held.unlock();
+  }
 }
