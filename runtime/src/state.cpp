@@ -1,5 +1,6 @@
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 
@@ -24,22 +25,29 @@ inline void cpu_relax() {
 #endif
 }
 
+// A remote reply's first kYieldFor (or until `deadline`): this thread takes the messages of this
+// process's lanes itself (the reply among them), so that no io thread has to wake and hand the
+// reply over; else it gives its core to that io thread between looks. Whether `s` is ready.
+// It first writes out this process's batched link messages: the call it waits for may be one of
+// them (net::Link::Send::Batched); one atomic load when none waits. (A wait for a local state
+// leaves them to the io thread or their sender: microseconds.)
+bool look_for_remote_reply(const StateBase& s, std::chrono::steady_clock::time_point deadline) {
+  net::flush_batched();
+  net::LaneWatch lanes;
+  const auto until = std::min(deadline, std::chrono::steady_clock::now() + kYieldFor);
+  while (std::chrono::steady_clock::now() < until) {
+    if (s.ready()) return true;
+    if (lanes.drain() == 0) sched_yield();
+  }
+  return s.ready();
+}
+
 }  // namespace
 
-// A wait for a reply from another process first writes out this process's batched link messages:
-// the call it waits for may be one of them (net::Link::Send::Batched); one atomic load when none
-// waits. (A wait for a local state leaves them to the io thread or their sender: microseconds.)
 void StateBase::wait() {
   if (ready()) return;
   if (remote_.load(std::memory_order_relaxed)) {
-    net::flush_batched();
-    // While it looks, this thread takes the messages of this process's lanes itself (the reply
-    // among them), so that no io thread has to wake and hand the reply over.
-    net::LaneWatch lanes;
-    for (const auto until = std::chrono::steady_clock::now() + kYieldFor; std::chrono::steady_clock::now() < until;) {
-      if (ready()) return;
-      if (lanes.drain() == 0) sched_yield();
-    }
+    if (look_for_remote_reply(*this, std::chrono::steady_clock::time_point::max())) return;
   } else {
     for (int i = 0; i < kSpinIterations; ++i) {
       if (ready()) return;
@@ -54,7 +62,7 @@ void StateBase::wait() {
 
 bool StateBase::wait_until(std::chrono::steady_clock::time_point deadline) {
   if (ready()) return true;
-  if (remote_.load(std::memory_order_relaxed)) net::flush_batched();
+  if (remote_.load(std::memory_order_relaxed) && look_for_remote_reply(*this, deadline)) return true;
   std::unique_lock lk(mu_);
   ++waiters_;
   bool ok = cv_.wait_until(lk, deadline, [&] { return ready(); });

@@ -492,7 +492,7 @@ TEST_CASE("links: same-host hubs that allow it move to a lane, in order across t
   CHECK_FALSE(client.link->send('m', std::vector<char>{1}));
 }
 
-TEST_CASE("links: a hub that does not allow lanes refuses one, and so does TROUPE_LINK_LANE=0; messages stay on the socket") {
+TEST_CASE("links: a hub that does not allow lanes refuses one, and so does TROUPE_LINK_LANE=0, and messages stay on the socket") {
   SUBCASE("the acceptor refuses") {
     Server server("secret");   // lanes not allowed
     Client client(server, with_lane());
@@ -517,7 +517,7 @@ TEST_CASE("links: a hub that does not allow lanes refuses one, and so does TROUP
   }
 }
 
-TEST_CASE("links: a lane whose rings were written over closes its link alone; a peer that stops taking times a sender out") {
+TEST_CASE("links: a lane whose rings were written over closes its link alone, and a peer that stops taking times a sender out") {
   SUBCASE("a ring's head past its size") {
     const auto before = lane_mappings().size();
     Server server("secret", with_lane());
