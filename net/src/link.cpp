@@ -503,17 +503,22 @@ struct Lane {
   // A drain was asked for while another thread held consume_mu: that thread drains once more
   // when it lets go (drain()), so no message is left behind unseen.
   std::atomic<bool> wanted{false};
+  std::atomic<std::thread::id> holder{};   // the thread in take(), if any
 
   // Handles what waits in the lane, unless another thread is at it. How many messages it handled.
   static std::size_t drain(Lane& l) {
-    if (!l.in.pending()) return 0;
+    // Not again on a thread already handling one of its messages (a handler that waits for a
+    // reply): consume_mu is not recursive, and that thread takes the rest once the handler returns.
+    if (!l.in.pending() || l.holder.load(std::memory_order_relaxed) == std::this_thread::get_id()) return 0;
     std::size_t handled = 0;
     l.wanted.store(true);
     while (l.wanted.load()) {
       std::unique_lock lk(l.consume_mu, std::try_to_lock);
       if (!lk.owns_lock()) break;   // its holder drains again as it lets go (seq_cst: it sees `wanted`)
       l.wanted.store(false);
+      l.holder.store(std::this_thread::get_id(), std::memory_order_relaxed);
       handled += l.take(false);
+      l.holder.store(std::thread::id(), std::memory_order_relaxed);
     }
     return handled;
   }
@@ -571,8 +576,10 @@ struct Lane {
   static void end(const std::shared_ptr<Lane>& l, bool deliver) {
     {
       std::lock_guard lk(l->consume_mu);
+      l->holder.store(std::this_thread::get_id(), std::memory_order_relaxed);
       if (deliver) l->take(true);
       l->ended = true;
+      l->holder.store(std::thread::id(), std::memory_order_relaxed);
     }
     auto& r = lanes();
     std::lock_guard lk(r.mu);
