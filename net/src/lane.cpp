@@ -66,14 +66,12 @@ std::shared_ptr<Mapping> Mapping::create(std::uint64_t capacity) {
   std::shared_ptr<Mapping> m(new Mapping());
   m->capacity_ = capacity;
   m->size_ = file_size(capacity);
-  m->fd_ = int(::syscall(SYS_memfd_create, "troupe-lane", MFD_CLOEXEC));
+  m->fd_ = int(::syscall(SYS_memfd_create, "troupe-lane", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (m->fd_ < 0) fail("memfd_create");
   if (::ftruncate(m->fd_, off_t(m->size_)) != 0) fail("ftruncate");
-  m->base_ = ::mmap(nullptr, m->size_, PROT_READ | PROT_WRITE, MAP_SHARED, m->fd_, 0);
-  if (m->base_ == MAP_FAILED) {
-    m->base_ = nullptr;
-    fail("mmap");
-  }
+  // Its size is fixed for good: neither side can shrink it under the other's mapping (a SIGBUS).
+  if (::fcntl(m->fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) fail("sealing");
+  m->map();
   if (RAND_bytes(m->magic_.data(), int(m->magic_.size())) != 1) throw std::runtime_error("no random bytes");
   auto* h = new (m->base_) Header{};   // the file is zeros: this only starts the atomics' lifetimes
   h->magic = m->magic_;
@@ -87,16 +85,21 @@ std::shared_ptr<Mapping> Mapping::open(std::uint32_t pid, int fd, const Magic& m
   m->capacity_ = capacity;
   m->size_ = file_size(capacity);
   const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
-  m->fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (m->fd_ < 0) fail("cannot open " + path);
+  // Looked at before it is opened for writing (O_PATH opens nothing: no device, no FIFO), then
+  // reopened without blocking; only a sealed memfd of the right size is taken.
+  const int at = ::open(path.c_str(), O_PATH | O_CLOEXEC);
+  if (at < 0) fail("cannot open " + path);
   struct stat st {};
-  if (::fstat(m->fd_, &st) != 0) fail("fstat");
-  if (!S_ISREG(st.st_mode) || std::uint64_t(st.st_size) != m->size_) throw std::runtime_error(path + " is not a lane file");
-  m->base_ = ::mmap(nullptr, m->size_, PROT_READ | PROT_WRITE, MAP_SHARED, m->fd_, 0);
-  if (m->base_ == MAP_FAILED) {
-    m->base_ = nullptr;
-    fail("mmap");
+  const bool regular = ::fstat(at, &st) == 0 && S_ISREG(st.st_mode) && std::uint64_t(st.st_size) == m->size_;
+  if (regular) m->fd_ = ::open(("/proc/self/fd/" + std::to_string(at)).c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC);
+  ::close(at);
+  if (!regular) throw std::runtime_error(path + " is not a lane file");
+  if (m->fd_ < 0) fail("cannot open " + path);
+  const int seals = ::fcntl(m->fd_, F_GET_SEALS);
+  if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
+    throw std::runtime_error(path + " is not a sealed lane file");
   }
+  m->map();
   const auto* h = static_cast<const Header*>(m->base_);
   if (std::memcmp(h->magic.data(), magic.data(), magic.size()) != 0 || h->capacity != capacity) {
     throw std::runtime_error(path + " is not the lane offered");   // another file: a reused pid
@@ -104,6 +107,15 @@ std::shared_ptr<Mapping> Mapping::open(std::uint32_t pid, int fd, const Magic& m
   m->magic_ = magic;
   m->close_fd();   // mapped: the descriptor is no longer needed
   return m;
+}
+
+void Mapping::map() {
+  base_ = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+  if (base_ == MAP_FAILED) {
+    base_ = nullptr;
+    fail("mmap");
+  }
+  ::madvise(base_, size_, MADV_DONTFORK);   // a child forked to exec something holds no lane
 }
 
 Mapping::~Mapping() {
@@ -187,7 +199,7 @@ void Consumer::copy_out(std::uint64_t at, char* to, std::size_t n) const {
 }
 
 Consumer::Got Consumer::next(std::uint32_t max_body, char& kind, std::uint8_t& flags, std::vector<char>& body) {
-  const std::uint64_t avail = c_.head.load(std::memory_order_acquire) - tail_;
+  const std::uint64_t avail = c_.head.load() - tail_;   // seq_cst: after a failed try_lock too (Lane::drain)
   if (avail == 0) return Got::None;
   if (avail > cap_ || avail < kFrameHeader) return Got::Broken;   // frames are published whole
   unsigned char h[kFrameHeader];
@@ -206,5 +218,7 @@ Consumer::Got Consumer::next(std::uint32_t max_body, char& kind, std::uint8_t& f
 }
 
 bool Consumer::pending() const { return c_.head.load() != c_.tail.load(); }
+
+std::uint64_t Consumer::published() const { return c_.head.load(std::memory_order_relaxed); }
 
 }  // namespace troupe::net::lane

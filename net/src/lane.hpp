@@ -3,7 +3,9 @@
 // the other through /proc/<pid>/fd) holds two byte rings, one each way; each ring carries the
 // link's frames exactly as the socket would ([u32 length][kind][flags][body]), has one producer
 // (the link's write lock) and one consumer at a time (the lane's consume lock), and is checked on
-// every read: the other end is authenticated but its bytes are still untrusted.
+// every read: the other end is authenticated but its bytes are still untrusted. The file is sealed
+// at its size (so no side can make the other's accesses fault), and the side that opens it takes
+// nothing but a sealed regular file of the expected size.
 //
 // Waking: a consumer thread that looks at a ring counts itself in `awake`; a producer that
 // publishes a frame while none looks asks for a doorbell (Put::Ring: the link sends one over its
@@ -62,6 +64,7 @@ class Mapping {
 
  private:
   Mapping() = default;
+  void map();   // fd_ and size_ set; throws std::runtime_error
   void* base_ = nullptr;
   std::size_t size_ = 0;
   int fd_ = -1;
@@ -103,6 +106,8 @@ class Consumer {
   Got next(std::uint32_t max_body, char& kind, std::uint8_t& flags, std::vector<char>& body);
   // Whether frames are published beyond those taken. Any thread.
   bool pending() const;
+  // Bytes the producer has published, ever: it moves while the peer lives and sends. Any thread.
+  std::uint64_t published() const;
   Control& control() const { return c_; }
 
  private:

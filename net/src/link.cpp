@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <limits>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -357,14 +358,18 @@ struct Link::Impl {
   bool fd_open = true;     // once false, `fd` may name another file: never touched again
   std::atomic<std::int64_t> last_sent{now_ns()}, last_heard{now_ns()};
   int pidfd = -1;          // the peer process, when it runs on this host: readable once it ends
-  const std::atomic<bool>* closed = nullptr;   // the Link's (set as it is made)
+  Link* self = nullptr;   // the Link (set as it is made)
   // The lane (same host, both hubs allowing it). Set on the io thread before this side switches
   // to it; read by senders once lane_on. lane_on: this side's messages go by the lane; set under
   // bulk_mu, write_mu and out_mu, so no message (nor a big one's chunk) straddles the switch.
   std::shared_ptr<Lane> lane;
   std::atomic<bool> lane_on{false};
+  // The switch is due but a big message was going out (bulk_mu): its sender makes the switch as it
+  // lets go of bulk_mu, so that the io thread never waits for a transfer (Lane::switch_to_lane).
+  std::atomic<bool> switch_due{false};
   bool offerer = false;         // io thread: this side offered the lane (its file)
   bool peer_switched = false;   // io thread: the peer's messages come by the lane now
+  std::uint64_t lane_heard = 0;   // io thread: the peer's published bytes when last looked at
 
   ~Impl() {
     if (pidfd >= 0) ::close(pidfd);
@@ -492,6 +497,10 @@ struct Lane {
   Lane(std::shared_ptr<lane::Mapping> m, bool offerer, std::weak_ptr<Link> l)
       : map(std::move(m)), out(map, offerer ? 0 : 1), in(map, offerer ? 1 : 0), link(std::move(l)) {}
 
+  // Frames one take() handles before it lets go: a thread that drains a busy lane returns to what
+  // it waits for (its reply, the io thread's other links and heartbeats) in between.
+  static constexpr std::size_t kTakeBudget = 64;
+
   std::shared_ptr<lane::Mapping> map;
   lane::Producer out;   // the link's write_mu
   lane::Consumer in;    // consume_mu
@@ -505,34 +514,53 @@ struct Lane {
   std::atomic<bool> wanted{false};
   std::atomic<std::thread::id> holder{};   // the thread in take(), if any
 
-  // Handles what waits in the lane, unless another thread is at it. How many messages it handled.
+  // consume_mu held for the scope, and the thread marked as its holder.
+  struct Holding {
+    explicit Holding(Lane& l) : l(l) { l.holder.store(std::this_thread::get_id(), std::memory_order_relaxed); }
+    ~Holding() { l.holder.store(std::thread::id(), std::memory_order_relaxed); }
+    Lane& l;
+  };
+
+  // Handles up to kTakeBudget of the lane's messages, unless another thread is at it (it then
+  // takes them as it lets go). How many it handled.
   static std::size_t drain(Lane& l) {
     // Not again on a thread already handling one of its messages (a handler that waits for a
     // reply): consume_mu is not recursive, and that thread takes the rest once the handler returns.
     if (!l.in.pending() || l.holder.load(std::memory_order_relaxed) == std::this_thread::get_id()) return 0;
     std::size_t handled = 0;
     l.wanted.store(true);
-    while (l.wanted.load()) {
+    while (l.wanted.load() && handled < kTakeBudget) {
       std::unique_lock lk(l.consume_mu, std::try_to_lock);
       if (!lk.owns_lock()) break;   // its holder drains again as it lets go (seq_cst: it sees `wanted`)
       l.wanted.store(false);
-      l.holder.store(std::this_thread::get_id(), std::memory_order_relaxed);
-      handled += l.take(false);
-      l.holder.store(std::thread::id(), std::memory_order_relaxed);
+      Holding h(l);
+      handled += l.take(kTakeBudget, false);
     }
     return handled;
   }
 
-  // consume_mu held. `last`: the link has ended (its socket saw EOF): take what the peer published
-  // before it went, as its socket's bytes would have been read.
-  std::size_t take(bool last) {
+  // Drains on the io thread what a watching thread left (its budget spent, or it stopped looking
+  // with frames published while it looked, which rang no doorbell), a budget at a time with the
+  // io thread's other work between. A lane whose holder is busy is left to it (`wanted`).
+  static void hand_off(const std::shared_ptr<Lane>& l) {
+    if (!l->in.pending()) return;
+    auto lk = l->link.lock();
+    if (!lk || lk->closed()) return;
+    asio::post(lk->impl_->hub->io, [l] {
+      if (drain(*l) > 0) hand_off(l);
+    });
+  }
+
+  // consume_mu held. Up to `budget` messages. `last`: the link has ended (its socket saw EOF):
+  // take what the peer published before it went, as its socket's bytes would have been read.
+  std::size_t take(std::size_t budget, bool last) {
     auto lk = link.lock();
     if (ended || !lk || (!last && lk->closed())) return 0;
     auto& m = *lk->impl_;
     std::size_t handled = 0;
     char kind = 0;
     std::uint8_t flags = 0;
-    for (;;) {
+    while (handled < budget) {
       const auto got = in.next(kMaxChunk, kind, flags, body);
       if (got == lane::Consumer::Got::None) break;
       if (got == lane::Consumer::Got::Broken) {
@@ -544,7 +572,7 @@ struct Lane {
       try {
         if (internal_kind(kind)) throw std::runtime_error("a link's own message in its lane");
         message = joined.feed(kind, flags, body);
-      } catch (const std::runtime_error& e) {
+      } catch (const std::exception& e) {   // malformed, or a size no memory holds
         lk->close(e.what());
         break;
       }
@@ -576,15 +604,32 @@ struct Lane {
   static void end(const std::shared_ptr<Lane>& l, bool deliver) {
     {
       std::lock_guard lk(l->consume_mu);
-      l->holder.store(std::this_thread::get_id(), std::memory_order_relaxed);
-      if (deliver) l->take(true);
+      Holding h(*l);
+      if (deliver) l->take(std::numeric_limits<std::size_t>::max(), true);
       l->ended = true;
-      l->holder.store(std::thread::id(), std::memory_order_relaxed);
     }
     auto& r = lanes();
     std::lock_guard lk(r.mu);
     std::erase(r.lanes, l);
     r.count.store(r.lanes.size());
+  }
+
+  // This side's last message on the socket says that its next ones come by the lane. Made under
+  // every lock a sender holds, so that no message or chunk straddles it: by the io thread (which
+  // sets switch_due first) unless a big message is going out, else by that message's sender as it
+  // lets go of bulk_mu. Either way, once.
+  static void switch_to_lane(Link& link) {
+    auto& m = *link.impl_;
+    std::unique_lock bulk(m.bulk_mu, std::try_to_lock);
+    if (!bulk.owns_lock() || !m.switch_due.exchange(false)) return;   // its holder switches as it lets go
+    std::lock_guard wk(m.write_mu);
+    if (link.closed()) return;
+    {
+      std::lock_guard ok(m.out_mu);   // from here a batched sender goes by the lane (after write_mu)
+      m.lane_on.store(true);
+    }
+    // The outbox (batched before the switch) goes ahead of it, on the socket.
+    if (!m.write_frame(kLaneSwitch, 0, nullptr, 0, true)) link.close("a send failed (the stream is broken)");
   }
 };
 
@@ -592,10 +637,16 @@ bool Link::Impl::lane_frame(char kind, std::uint8_t flags, const char* data, std
   char header[kFrameHeader];
   put_header(header, std::uint32_t(size), kind, flags);
   iovec iov[2] = {{header, sizeof header}, {const_cast<char*>(data), size}};
-  const auto put = lane->out.put(iov, size > 0 ? 2 : 1, sizeof header + size, Clock::now() + hub->opts.send_timeout, *closed);
+  const auto put = lane->out.put(iov, size > 0 ? 2 : 1, sizeof header + size, Clock::now() + hub->opts.send_timeout,
+                                 self->closed_);
   if (put != lane::Producer::Put::Ok && put != lane::Producer::Put::Ring) return false;
   last_sent.store(now_ns(), std::memory_order_relaxed);
-  return put == lane::Producer::Put::Ok || write_frame(kDoorbell, 0, nullptr, 0, true);
+  // Published: the peer takes it even if the doorbell cannot go (its end of the link takes what
+  // was published before the EOF), so the send succeeded either way.
+  if (put == lane::Producer::Put::Ring && !write_frame(kDoorbell, 0, nullptr, 0, true)) {
+    self->close("a doorbell failed (the stream is broken)");
+  }
+  return true;
 }
 
 LaneWatch::LaneWatch() {
@@ -611,9 +662,14 @@ LaneWatch::LaneWatch() {
 LaneWatch::~LaneWatch() {
   for (auto& l : lanes_) {
     // seq_cst, then pending(): a frame published before this is seen here, one after it rings
-    // the doorbell (lane::Producer::put).
+    // the doorbell (lane::Producer::put). What this thread does not take, its io thread does.
     l->in.control().awake.fetch_sub(1);
-    Lane::drain(*l);
+    try {
+      Lane::drain(*l);
+      Lane::hand_off(l);
+    } catch (const std::exception& e) {   // a handler's own failure closes its link in take()
+      spdlog::error("links: a lane could not be drained: {}", e.what());
+    }
   }
 }
 
@@ -625,7 +681,7 @@ std::size_t LaneWatch::drain() {
 
 // ---- a link, continued --------------------------------------------------------------------------
 
-Link::Link(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) { impl_->closed = &closed_; }
+Link::Link(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) { impl_->self = this; }
 
 bool Link::has_lane() const { return impl_->lane_on.load(); }
 
@@ -681,7 +737,7 @@ bool Link::send(char kind, const char* data, std::size_t size, Send how) {
     if (closed()) return false;
     if (m.write_frame(kind, 0, data, size, true)) return true;
   } else {
-    std::lock_guard bulk(m.bulk_mu);
+    std::unique_lock bulk(m.bulk_mu);
     std::size_t off = 0;
     bool ok = true;
     while (ok && off < size) {
@@ -699,6 +755,8 @@ bool Link::send(char kind, const char* data, std::size_t size, Send how) {
       }
       off += n;
     }
+    bulk.unlock();
+    if (m.switch_due.load()) Lane::switch_to_lane(*this);   // due while this message went out
     if (ok) return true;
   }
   close("a send failed or timed out (the peer stopped reading)");
@@ -1069,15 +1127,18 @@ struct LinkLoops {
         m.peer_switched = true;
         Lane::open(m.lane);
         Lane::drain(*m.lane);
+        Lane::hand_off(m.lane);
         if (m.offerer) {   // the acceptor has switched: this side follows, and the file has been opened
           m.lane->map->close_fd();
-          if (!switch_to_lane(*link)) return "";   // closed meanwhile: the read loop sees it
+          m.switch_due.store(true);
+          Lane::switch_to_lane(*link);
         }
         return "";
       case kDoorbell:
         if (!m.peer_switched) return "a doorbell with no lane";
         m.lane->in.control().rung.store(0);   // seq_cst, then the drain's look: see lane::Producer::put
         Lane::drain(*m.lane);
+        Lane::hand_off(m.lane);   // the rest after this thread's other work
         return "";
       default: return "an unknown link message " + std::to_string(int(static_cast<unsigned char>(kind)));
     }
@@ -1125,28 +1186,13 @@ struct LinkLoops {
       }
     }
     if (m.lane) {
-      switch_to_lane(*link);
+      m.switch_due.store(true);
+      Lane::switch_to_lane(*link);
       return "";
     }
     std::lock_guard lk(m.write_mu);
     m.write_frame(kLaneRefused, 0, nullptr, 0, true);
     return "";
-  }
-
-  // This side's last message on the socket says that its next ones come by the lane. Taken under
-  // every lock a sender holds, so that no message or chunk straddles it. False if the link closed.
-  static bool switch_to_lane(Link& link) {
-    auto& m = *link.impl_;
-    std::lock_guard bulk(m.bulk_mu);
-    std::lock_guard wk(m.write_mu);
-    if (link.closed()) return false;
-    {
-      std::lock_guard ok(m.out_mu);   // from here a batched sender goes by the lane (after write_mu)
-      m.lane_on.store(true);
-    }
-    // The outbox (batched before the switch) goes ahead of it, on the socket.
-    if (!m.write_frame(kLaneSwitch, 0, nullptr, 0, true)) link.close("a send failed (the stream is broken)");
-    return !link.closed();
   }
 
   static asio::awaitable<void> beat(std::shared_ptr<Link> link) {
@@ -1157,6 +1203,18 @@ struct LinkLoops {
       m.timer.expires_after(o.heartbeat / 2);
       co_await m.timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       if (link->closed()) break;
+      if (m.peer_switched) {
+        // The peer publishing in the lane is the peer heard, taken or not (its only taker may be
+        // busy in one long handler). And a frame no thread took (a watcher blocked in a send,
+        // say, so that no doorbell rang) waits at most this long.
+        const std::uint64_t published = m.lane->in.published();
+        if (published != m.lane_heard) {
+          m.lane_heard = published;
+          m.last_heard.store(now_ns(), std::memory_order_relaxed);
+        }
+        Lane::drain(*m.lane);
+        Lane::hand_off(m.lane);
+      }
       const std::int64_t now = now_ns();
       const auto silence = std::chrono::nanoseconds(now - m.last_heard.load(std::memory_order_relaxed));
       if (silence > o.silence_limit) {

@@ -407,9 +407,9 @@ std::vector<char*> lane_mappings() {
 
 // The first `n` messages `inbox` got: kind 'm' with bodies 0..n-1 (4 bytes each, little-endian),
 // with bodies of `big` between them where `big_every` says.
-void check_sequence(Inbox& inbox, int n, const std::vector<char>& big, int big_every) {
+void check_sequence(Inbox& inbox, int n, const std::vector<char>& big, int big_every, std::size_t from = 0) {
   std::lock_guard lk(inbox.mu);
-  std::size_t at = 0;
+  std::size_t at = from;
   for (int i = 0; i < n; ++i) {
     REQUIRE(at < inbox.got.size());
     const auto& [kind, body] = inbox.got[at++];
@@ -440,8 +440,13 @@ void send_sequence(net::Link& link, int n, const std::vector<char>& big, int big
 TEST_CASE("links: same-host hubs that allow it move to a lane, in order across the switch, both ways, any size") {
   auto quiet = with_lane();
   quiet.heartbeat = 60s;   // nothing but the test's messages wakes an io thread
+  const auto big = pattern(2621440 + 5, 3), huge = pattern(24u << 20, 4);
   Server server("secret", quiet);
   Client client(server, quiet);
+  // The client's first message is a big one, sent while the lane is set up: its switch comes due
+  // while the message goes out on the socket, and is made as it ends (the io thread never waits
+  // for a transfer).
+  REQUIRE(client.link->send('H', huge));
   std::shared_ptr<net::Link> accepted;
   for (int i = 0; i < 500 && !accepted; ++i) {
     {
@@ -453,15 +458,19 @@ TEST_CASE("links: same-host hubs that allow it move to a lane, in order across t
   REQUIRE(accepted != nullptr);
   // Sent at once, both ways, so that the switch happens somewhere among them; a big message (two
   // and a half rings' worth, in chunks) every 500.
-  const auto big = pattern(2621440 + 5, 3);
   constexpr int kN = 3000, kBigEvery = 500;
   std::thread back([&] { send_sequence(*accepted, kN, big, kBigEvery); });
   send_sequence(*client.link, kN, big, kBigEvery);
   back.join();
   const std::size_t total = kN + kN / kBigEvery;
-  REQUIRE(server.inbox.wait_messages(total, 30s));
+  REQUIRE(server.inbox.wait_messages(total + 1, 30s));
   REQUIRE(client.inbox.wait_messages(total, 30s));
-  check_sequence(server.inbox, kN, big, kBigEvery);
+  {
+    std::lock_guard lk(server.inbox.mu);
+    CHECK(server.inbox.got[0].first == 'H');
+    CHECK(server.inbox.got[0].second == huge);
+  }
+  check_sequence(server.inbox, kN, big, kBigEvery, 1);
   check_sequence(client.inbox, kN, big, kBigEvery);
   CHECK(wait_lane(*client.link));
   CHECK(wait_lane(*accepted));
