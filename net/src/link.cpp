@@ -21,11 +21,11 @@
 #include <unistd.h>
 
 #include <array>
-#include <limits>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <future>
+#include <limits>
 #include <optional>
 #include <span>
 #include <sstream>
