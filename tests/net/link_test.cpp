@@ -135,8 +135,8 @@ std::vector<char> pattern(std::size_t n, unsigned seed) {
 
 TEST_CASE("links: both ends prove the token, and messages of any size arrive whole and in order") {
   Server server("secret");
-  net::LinkHub client("secret", net::self_identity("client"));
   Inbox replies;
+  net::LinkHub client("secret", net::self_identity("client"));
   auto link = client.connect(server.address, replies.on_message(), replies.on_closed(), 5s);
   REQUIRE(link != nullptr);
   CHECK(link->peer().role == "server");
@@ -288,8 +288,8 @@ TEST_CASE("links: a wrong or missing token, random bytes and a stalled handshake
   net::LinkOptions quick;
   quick.handshake_timeout = 300ms;
   Server server("secret", quick);
+  Inbox good_inbox;   // before its hub: the hub's stop runs the link's closed handler, which writes here
   net::LinkHub good("secret", net::self_identity("good"));
-  Inbox good_inbox;
   auto link = good.connect(server.address, good_inbox.on_message(), good_inbox.on_closed(), 5s);
 
   for (const char* token : {"wrong", ""}) {
@@ -336,8 +336,8 @@ TEST_CASE("links: an idle link stays open on heartbeats, and a peer that falls s
   fast.heartbeat = 40ms;
   fast.silence_limit = 300ms;
   Server server("secret", fast);
-  net::LinkHub client("secret", net::self_identity("client"), fast);
   Inbox inbox;
+  net::LinkHub client("secret", net::self_identity("client"), fast);
   auto link = client.connect(server.address, inbox.on_message(), inbox.on_closed(), 5s);
   CHECK_FALSE(inbox.wait_closed(900ms));   // three silence limits with nothing to say: still open
   CHECK_FALSE(server.inbox.closed);
@@ -357,8 +357,8 @@ TEST_CASE("links: a message of hundreds of megabytes does not starve the heartbe
   strict.heartbeat = 20ms;
   strict.silence_limit = 150ms;   // far less than the transfer takes
   Server server("secret", strict);
-  net::LinkHub client("secret", net::self_identity("client"), strict);
   Inbox inbox;
+  net::LinkHub client("secret", net::self_identity("client"), strict);
   auto link = client.connect(server.address, inbox.on_message(), inbox.on_closed(), 5s);
   const auto big = pattern(384u << 20, 11);
   const auto t0 = std::chrono::steady_clock::now();
