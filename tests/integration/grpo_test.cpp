@@ -95,8 +95,12 @@ TEST_CASE("GRPO draws the same samples on 1 rollout engine, on 3, and on an elas
   check_same_steps(three, one);
 
   // As a job with worker processes on a cluster with room for the driver and the trainer's bundle
-  // only: engine 0 alone; two daemons join (3 engines), then one is killed -9 (2 engines).
-  itest::Cluster c("CPU=2");
+  // only: engine 0 alone; two daemons join (3 engines), then one is killed -9 (2 engines). A node
+  // is dead only after 10 s of silence here: each joining daemon fetches and unpacks this whole
+  // bin directory as the job's package while the job runs beside it, and on a loaded 2-vCPU
+  // machine (CI's -j2) one fell silent for 2.5 s once and was declared dead, so the group never
+  // reached 3. The kill -9 below ends its daemon's link at once: not a silence.
+  itest::Cluster c("CPU=2", {"--node-timeout-ms", "10000"});
   const std::string bin = std::filesystem::path(TROUPE_GRPO).parent_path().string();
   const std::string run_dir = root + "/elastic";
   std::vector<std::string> submit{"submit", "--no-wait", "--working-dir", bin, "--", "./grpo", "--worker-processes",
