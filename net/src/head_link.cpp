@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "frame_header.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::net {
@@ -93,10 +94,8 @@ HeadSession::HeadSession(LinkHub& hub, const std::string& address, const json& h
 
 std::vector<char> encode_log(const LogPiece& piece) {
   std::vector<char> out(16 + piece.data.size());
-  for (int i = 0; i < 8; ++i) {
-    out[std::size_t(i)] = char((piece.job >> (8 * i)) & 0xff);
-    out[std::size_t(8 + i)] = char((piece.worker >> (8 * i)) & 0xff);
-  }
+  put_le<std::uint64_t>(out.data(), piece.job);
+  put_le<std::uint64_t>(out.data() + 8, piece.worker);
   std::copy(piece.data.begin(), piece.data.end(), out.begin() + 16);
   return out;
 }
@@ -104,10 +103,8 @@ std::vector<char> encode_log(const LogPiece& piece) {
 LogPiece decode_log(const std::vector<char>& body) {
   if (body.size() < 16 || body.size() > 16 + kMaxLogPiece) throw std::runtime_error("a log piece of a bad size");
   LogPiece p;
-  for (int i = 0; i < 8; ++i) {
-    p.job |= std::uint64_t(static_cast<unsigned char>(body[std::size_t(i)])) << (8 * i);
-    p.worker |= std::uint64_t(static_cast<unsigned char>(body[std::size_t(8 + i)])) << (8 * i);
-  }
+  p.job = get_le<std::uint64_t>(body.data());
+  p.worker = get_le<std::uint64_t>(body.data() + 8);
   p.data.assign(body.begin() + 16, body.end());
   return p;
 }

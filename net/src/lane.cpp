@@ -57,6 +57,23 @@ bool sane_capacity(std::uint64_t capacity) {
   return capacity >= 2 * (kFrameHeader + (256u << 10)) && capacity <= (std::uint64_t(64) << 20) && capacity % 4096 == 0;
 }
 
+// Copies n bytes to / from a ring of `cap` bytes at stream offset `at`, wrapping at its end.
+void copy_to_ring(char* ring, std::uint64_t cap, std::uint64_t at, const char* from, std::size_t n) {
+  while (n > 0) {
+    const std::size_t off = std::size_t(at % cap), k = std::min<std::size_t>(n, std::size_t(cap) - off);
+    std::memcpy(ring + off, from, k);
+    from += k, n -= k, at += k;
+  }
+}
+
+void copy_from_ring(const char* ring, std::uint64_t cap, std::uint64_t at, char* to, std::size_t n) {
+  while (n > 0) {
+    const std::size_t off = std::size_t(at % cap), k = std::min<std::size_t>(n, std::size_t(cap) - off);
+    std::memcpy(to, ring + off, k);
+    to += k, n -= k, at += k;
+  }
+}
+
 [[noreturn]] void fail(const std::string& what) { throw std::runtime_error(what + ": " + std::strerror(errno)); }
 
 }  // namespace
@@ -161,20 +178,10 @@ Producer::Put Producer::put(const iovec* parts, int count, std::size_t total, Cl
     }
     c_.waiting.store(0);
   }
-  std::uint64_t at = head_;
   for (int i = 0; i < count; ++i) {
-    const char* from = static_cast<const char*>(parts[i].iov_base);
-    std::size_t left = parts[i].iov_len;
-    while (left > 0) {
-      const std::size_t off = std::size_t(at % cap_);
-      const std::size_t n = std::min<std::size_t>(left, std::size_t(cap_) - off);
-      std::memcpy(data_ + off, from, n);
-      from += n;
-      left -= n;
-      at += n;
-    }
+    copy_to_ring(data_, cap_, head_, static_cast<const char*>(parts[i].iov_base), parts[i].iov_len);
+    head_ += parts[i].iov_len;
   }
-  head_ = at;
   // Published; then, seq_cst with the consumers' `awake` (LaneWatch): a consumer that stopped
   // looking before this sees the frame when it checks once more, or this sees no one awake.
   c_.head.store(head_);
@@ -187,27 +194,16 @@ Producer::Put Producer::put(const iovec* parts, int count, std::size_t total, Cl
 Consumer::Consumer(std::shared_ptr<Mapping> map, int ring)
     : map_(std::move(map)), c_(map_->control(ring)), data_(map_->data(ring)), cap_(map_->capacity()) {}
 
-void Consumer::copy_out(std::uint64_t at, char* to, std::size_t n) const {
-  while (n > 0) {
-    const std::size_t off = std::size_t(at % cap_);
-    const std::size_t k = std::min<std::size_t>(n, std::size_t(cap_) - off);
-    std::memcpy(to, data_ + off, k);
-    to += k;
-    n -= k;
-    at += k;
-  }
-}
-
 Consumer::Got Consumer::next(std::uint32_t max_body, char& kind, std::uint8_t& flags, std::vector<char>& body) {
   const std::uint64_t avail = c_.head.load() - tail_;   // seq_cst: after a failed try_lock too (Lane::drain)
   if (avail == 0) return Got::None;
   if (avail > cap_ || avail < kFrameHeader) return Got::Broken;   // frames are published whole
   unsigned char h[kFrameHeader];
-  copy_out(tail_, reinterpret_cast<char*>(h), sizeof h);
+  copy_from_ring(data_, cap_, tail_, reinterpret_cast<char*>(h), sizeof h);
   const auto size = parse_header(h, max_body, kind, flags);
   if (!size || kFrameHeader + *size > avail) return Got::Broken;
   body.resize(*size);
-  copy_out(tail_ + kFrameHeader, body.data(), *size);
+  copy_from_ring(data_, cap_, tail_ + kFrameHeader, body.data(), *size);
   tail_ += kFrameHeader + *size;
   c_.tail.store(tail_);   // seq_cst, then `waiting`: see Producer::put
   if (c_.waiting.load() != 0) {

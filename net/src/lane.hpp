@@ -111,7 +111,6 @@ class Consumer {
   Control& control() const { return c_; }
 
  private:
-  void copy_out(std::uint64_t at, char* to, std::size_t n) const;
   std::shared_ptr<Mapping> map_;
   Control& c_;
   const char* data_;

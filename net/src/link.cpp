@@ -226,8 +226,7 @@ struct Reassembly {
     std::size_t from = 0;
     if (first) {
       if (body.size() < 8) throw std::runtime_error("a first chunk without its size");
-      std::uint64_t total = 0;
-      for (int i = 0; i < 8; ++i) total |= std::uint64_t(std::uint8_t(body[std::size_t(i)])) << (8 * i);
+      const auto total = get_le<std::uint64_t>(body.data());
       if (total > kMaxMessage) throw std::runtime_error("a message over the size limit");
       expected = total;
       joined.clear();
@@ -747,7 +746,7 @@ bool Link::send(char kind, const char* data, std::size_t size, Send how) {
       std::lock_guard lk(m.write_mu);   // per chunk: a heartbeat or a small message may go between
       if (first) {
         std::vector<char> head(8 + n);
-        for (int i = 0; i < 8; ++i) head[std::size_t(i)] = char((std::uint64_t(size) >> (8 * i)) & 0xFF);
+        put_le<std::uint64_t>(head.data(), size);
         std::memcpy(head.data() + 8, data, n);
         ok = !closed() && m.write_frame(kind, flags, head.data(), head.size(), true);
       } else {
@@ -1151,10 +1150,8 @@ struct LinkLoops {
     try {
       auto map = lane::Mapping::create(lane::kCapacity);
       std::vector<char> body(4 + 8 + map->magic().size());
-      const std::uint32_t fd = std::uint32_t(map->fd());
-      const std::uint64_t cap = map->capacity();
-      for (int i = 0; i < 4; ++i) body[std::size_t(i)] = char((fd >> (8 * i)) & 0xFF);
-      for (int i = 0; i < 8; ++i) body[std::size_t(4 + i)] = char((cap >> (8 * i)) & 0xFF);
+      put_le<std::uint32_t>(body.data(), std::uint32_t(map->fd()));
+      put_le<std::uint64_t>(body.data() + 4, map->capacity());
       std::memcpy(body.data() + 12, map->magic().data(), map->magic().size());
       m.lane = std::make_shared<Lane>(std::move(map), true, link);
       m.offerer = true;
@@ -1173,10 +1170,8 @@ struct LinkLoops {
     if (m.offerer || m.lane) return "a second lane offer";
     lane::Magic magic{};
     if (body.size() != 12 + magic.size()) return "a malformed lane offer";
-    std::uint32_t fd = 0;
-    std::uint64_t cap = 0;
-    for (int i = 0; i < 4; ++i) fd |= std::uint32_t(std::uint8_t(body[std::size_t(i)])) << (8 * i);
-    for (int i = 0; i < 8; ++i) cap |= std::uint64_t(std::uint8_t(body[std::size_t(4 + i)])) << (8 * i);
+    const auto fd = get_le<std::uint32_t>(body.data());
+    const auto cap = get_le<std::uint64_t>(body.data() + 4);
     std::memcpy(magic.data(), body.data() + 12, magic.size());
     if (m.hub->lanes && m.pidfd >= 0 && fd <= std::uint32_t(INT32_MAX)) {
       try {

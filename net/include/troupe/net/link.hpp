@@ -113,7 +113,6 @@ class Link : public std::enable_shared_from_this<Link> {
   friend struct LinkLoops;
   friend void flush_batched();
   friend struct Lane;
-  friend class LaneWatch;
   // Writes the outbox now, waiting for the socket up to send_timeout (a full outbox's sender).
   void flush();
   // Writes what the socket takes of the outbox now; the io thread writes the rest once it can.
