@@ -2,7 +2,9 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <memory>
 #include <thread>
+#include <vector>
 
 #include "troupe/future.hpp"
 
@@ -44,6 +46,33 @@ TEST_CASE("then() chains values and skips on error") {
   CHECK(threw.result().error().code == troupe::ErrorCode::MethodFailed);
   auto v = troupe::make_ready_future().then([] { return 5; });
   CHECK(v.get() == 5);
+}
+
+TEST_CASE("a future that never completes is freed with the then() and when_all() callbacks it holds") {
+  std::weak_ptr<troupe::detail::State<int>> source;
+  std::weak_ptr<troupe::detail::State<std::vector<int>>> joined;
+  {
+    troupe::Promise<int> p;   // never completed: its producer went away
+    source = p.state();
+    auto chained = p.future().then([](int v) { return v + 1; });
+    auto all = troupe::when_all(std::vector<troupe::Future<int>>{p.future(), troupe::make_ready_future(1)});
+    joined = all.state();
+  }
+  CHECK(source.expired());   // its own callbacks held it before: a cycle, never freed
+  CHECK(joined.expired());
+}
+
+TEST_CASE("when_all() keeps each input's value once it completed, though nobody else holds it") {
+  troupe::Promise<int> last;
+  auto all = [&] {
+    troupe::Promise<int> first;
+    auto f = troupe::when_all(std::vector<troupe::Future<int>>{first.future(), last.future()});
+    first.set_value(1);
+    return f;   // `first` and its future are gone now
+  }();
+  CHECK_FALSE(all.ready());
+  last.set_value(2);
+  CHECK(all.get() == std::vector<int>{1, 2});
 }
 
 TEST_CASE("wait_for() times out on a pending future and succeeds on a completed one") {

@@ -177,8 +177,10 @@ class ElasticGroup {
   }
   template <class R, class M, class Args>
   static void on_result(std::shared_ptr<State> s, Promise<R> p, Future<R> f, ActorRef<T> to, M method, Args args, int left) {
-    auto st = f.state();
-    st->on_ready([s = std::move(s), p, st, to, method, args = std::move(args), left]() mutable {
+    std::weak_ptr<detail::State<R>> weak = f.state();   // held weakly by its own callback (future.hpp, then)
+    f.state()->on_ready([s = std::move(s), p, weak, to, method, args = std::move(args), left]() mutable {
+      auto st = weak.lock();   // the completing thread holds it
+      if (!st) return;
       if (!st->has_error()) {
         if constexpr (std::is_void_v<R>) p.set_value();
         else p.set_value(std::move(st->value()));

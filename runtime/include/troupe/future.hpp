@@ -91,8 +91,12 @@ template <class F>
 auto Future<T>::then(F f) const {
   using R = typename detail::ThenResult<F, T>::type;
   Promise<R> p;
-  auto src = state_;
-  src->on_ready([src, p, f = std::move(f)]() mutable {
+  // The callback lives in the source's state, so it holds that state weakly: a source that never
+  // completes (its actor gone) is then freed with its callback, not kept alive by it.
+  std::weak_ptr<detail::State<T>> weak = state_;
+  state_->on_ready([weak, p, f = std::move(f)]() mutable {
+    auto src = weak.lock();   // the completing thread holds it
+    if (!src) return;
     if (src->has_error()) { p.set_error(src->error()); return; }
     try {
       if constexpr (std::is_void_v<T> && std::is_void_v<R>) { f(); p.set_value(); }

@@ -12,6 +12,8 @@ namespace detail {
 // returned future's type, set by finish through the promise it is given.
 template <class R, class T, class Finish>
 Future<R> join_all(std::vector<Future<T>> fs, Finish finish) {
+  // The join keeps an input only once it has completed (each callback stores its own), so an input
+  // that never completes holds the join through its callback but is not held by it: no cycle.
   struct Join {
     std::vector<Future<T>> inputs;
     std::atomic<std::size_t> left;
@@ -19,11 +21,13 @@ Future<R> join_all(std::vector<Future<T>> fs, Finish finish) {
   };
   auto join = std::make_shared<Join>();
   join->left = fs.size();
-  join->inputs = std::move(fs);
+  join->inputs.resize(fs.size());
   auto done = [join, finish] { finish(join->inputs, join->out); };
-  if (join->inputs.empty()) { done(); return join->out.future(); }
-  for (auto& f : join->inputs) {
-    f.state()->on_ready([join, done] {
+  if (fs.empty()) { done(); return join->out.future(); }
+  for (std::size_t i = 0; i < fs.size(); ++i) {
+    std::weak_ptr<State<T>> weak = fs[i].state();
+    fs[i].state()->on_ready([join, done, weak, i] {
+      join->inputs[i] = Future<T>(weak.lock());   // the completing thread holds it
       if (join->left.fetch_sub(1, std::memory_order_acq_rel) == 1) done();
     });
   }
