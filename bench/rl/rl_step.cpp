@@ -55,7 +55,7 @@ class PlainRoles {
       : config_(c),
         task_(rl::make_task(c.task.spec)),
         tokenizer_(task_->alphabet()),
-        data_(rl::Dataset::make(*task_, c.task.train_size, c.task.heldout_size, c.run.seed)),
+        data_(rl::Dataset::make(*task_, c.task.train_size, c.task.heldout_size, c.run.seed, c.task.heldout_kind_share)),
         trainer_(actors::TrainerConfig{c.model.policy, c.algo.sft.optim, c.placement.trainer_threads, c.placement.blas_threads}),
         rollout_(actors::RolloutConfig{c.model.policy, c.placement.rollout_threads, true, c.placement.blas_threads}),
         reference_(actors::ReferenceConfig{c.model.policy, "", c.placement.reference_threads, c.placement.blas_threads}),
@@ -222,7 +222,7 @@ nlohmann::ordered_json bench_reward_model(Runtime& rt, const rl::RunConfig& demo
   model.vocab_size = tok.vocab_size();
   model.seed = demo.run.seed;
   model.scalar_heads = {"score"};
-  const auto data = rl::Dataset::make(*task, demo.task.train_size, demo.task.heldout_size, demo.run.seed);
+  const auto data = rl::Dataset::make(*task, demo.task.train_size, demo.task.heldout_size, demo.run.seed, demo.task.heldout_kind_share);
   actors::OptimConfig optim;
   optim.lr = 1e-4;
   optim.warmup_steps = 20;
@@ -297,7 +297,7 @@ int main(int argc, char** argv) {
     policy.vocab_size = tok.vocab_size();
     policy.seed = demo.run.seed;
     actors::Trainer trainer(actors::TrainerConfig{policy, demo.algo.sft.optim, demo.placement.trainer_threads});
-    const auto data = rl::Dataset::make(*task, demo.task.train_size, demo.task.heldout_size, demo.run.seed);
+    const auto data = rl::Dataset::make(*task, demo.task.train_size, demo.task.heldout_size, demo.run.seed, demo.task.heldout_kind_share);
     rl::DataCursor cursor{demo.run.seed ^ 0x5f7, 0, 0};
     for (int i = 0; i < sft_steps; ++i) trainer.train_step(rl::sft_batch(cursor.next(data.train, std::size_t(demo.algo.sft.batch_size)), tok));
     trainer.save_weights(sft);

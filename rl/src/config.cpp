@@ -254,6 +254,8 @@ ConfigSchema run_config_schema(RunConfig& c) {
   s.add("task.spec", &c.task.spec, "the verifiable task, e.g. addition:1-3 (operands of 1 to 3 digits)");
   s.add("task.train_size", &c.task.train_size, "train problems");
   s.add("task.heldout_size", &c.task.heldout_size, "held-out problems (accuracy is measured on them)");
+  s.add("task.heldout_kind_share", &c.task.heldout_kind_share,
+        "the held-out set takes at most this share of each kind of problem (addition: the operands' digit counts), so every kind stays in training; 1: no bound");
   s.add("model.architecture", &c.model.policy.architecture, "the model, by name: transformer (the sizes below), or one the program registers with TROUPE_MODEL");
   s.add("model.context", &c.model.policy.context, "longest sequence, prompt and answer");
   s.add("model.layers", &c.model.policy.layers, "transformer layers");

@@ -1,8 +1,11 @@
 #include "troupe/rl/task.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <numeric>
 #include <stdexcept>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace troupe::rl {
@@ -24,6 +27,21 @@ Problem AdditionTask::sample(std::mt19937_64& rng) const {
   return Problem{std::to_string(a) + "+" + std::to_string(b) + "=", std::to_string(a + b)};
 }
 
+std::string AdditionTask::kind(const Problem& p) const {
+  const auto plus = p.prompt.find('+'), eq = p.prompt.find('=');
+  if (plus == std::string::npos || eq == std::string::npos || eq < plus) return {};
+  return std::to_string(plus) + "+" + std::to_string(eq - plus - 1);
+}
+
+double AdditionTask::kind_size(const std::string& kind) const {
+  auto numbers = [](int digits) { return digits == 1 ? 10.0 : 9.0 * std::pow(10.0, digits - 1); };   // 0-9, then 10^(d-1)..
+  const auto plus = kind.find('+');
+  if (plus == std::string::npos) return 0;
+  const int a = std::atoi(kind.substr(0, plus).c_str()), b = std::atoi(kind.substr(plus + 1).c_str());
+  if (a < 1 || b < 1) return 0;
+  return numbers(a) * numbers(b);
+}
+
 std::unique_ptr<Task> make_task(const std::string& spec) {
   const std::string prefix = "addition:";
   if (spec.rfind(prefix, 0) == 0) {
@@ -34,14 +52,25 @@ std::unique_ptr<Task> make_task(const std::string& spec) {
   throw std::invalid_argument("unknown task '" + spec + "' (expected addition:<min>-<max>)");
 }
 
-Dataset Dataset::make(const Task& task, std::size_t train_size, std::size_t heldout_size, std::uint64_t seed) {
+Dataset Dataset::make(const Task& task, std::size_t train_size, std::size_t heldout_size, std::uint64_t seed,
+                      double max_kind_share) {
+  if (!(max_kind_share > 0)) throw std::invalid_argument("Dataset: max_kind_share must be > 0");
   std::mt19937_64 rng(seed);
   Dataset d;
   std::unordered_set<std::string> seen;
+  std::unordered_map<std::string, std::size_t> taken;   // held-out problems of each kind
   // Draw held-out first; a bounded number of attempts keeps a tiny task space from looping forever.
   for (std::size_t tries = 0; d.heldout.size() < heldout_size && tries < 100 * heldout_size; ++tries) {
     Problem p = task.sample(rng);
-    if (seen.insert(p.prompt).second) d.heldout.push_back(std::move(p));
+    if (seen.count(p.prompt)) continue;
+    if (max_kind_share < 1) {
+      const auto k = task.kind(p);
+      const double size = task.kind_size(k);
+      if (size > 0 && double(taken[k] + 1) > max_kind_share * size) continue;   // the kind has given its share
+      ++taken[k];
+    }
+    seen.insert(p.prompt);
+    d.heldout.push_back(std::move(p));
   }
   for (std::size_t tries = 0; d.train.size() < train_size && tries < 100 * train_size; ++tries) {
     Problem p = task.sample(rng);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "troupe/rl.hpp"
@@ -38,6 +39,36 @@ TEST_CASE("train and held-out sets are disjoint and reproducible from the seed")
   for (auto& p : a.train) CHECK(held.count(p.prompt) == 0);
   REQUIRE(a.train.size() == b.train.size());
   for (std::size_t i = 0; i < a.train.size(); ++i) CHECK(a.train[i].prompt == b.train[i].prompt);
+}
+
+TEST_CASE("a held-out set takes at most its share of each kind of problem, so every kind stays in training") {
+  AdditionTask task(1, 2);
+  CHECK(task.kind(Problem{"7+85=", "92"}) == "1+2");
+  CHECK(task.kind(Problem{"47+85=", "132"}) == "2+2");
+  CHECK(task.kind_size("1+1") == 100);
+  CHECK(task.kind_size("1+2") == 900);
+  CHECK(task.kind_size("2+2") == 8100);
+  CHECK(task.kind_size("nonsense") == 0);
+  auto kinds = [&](const std::vector<Problem>& set) {
+    std::map<std::string, std::set<std::string>> k;
+    for (auto& p : set) k[task.kind(p)].insert(p.prompt);
+    return k;
+  };
+  // Unbounded (the draws of before): 500 distinct draws take most one-digit sums out of training.
+  const auto open = Dataset::make(task, 20000, 500, 2, 1.0);
+  CHECK(kinds(open.heldout)["1+1"].size() > 50);
+  CHECK(kinds(open.train)["1+1"].size() < 50);
+  // Bounded at 20 %: at most 20 of the 100 one-digit sums are held out, the other 80 are trained on.
+  const auto fair = Dataset::make(task, 20000, 500, 2, 0.2);
+  CHECK(fair.heldout.size() == 500);
+  auto held = kinds(fair.heldout), train = kinds(fair.train);
+  CHECK(held["1+1"].size() == 20);
+  CHECK(train["1+1"].size() == 80);
+  for (auto& [k, prompts] : held) {
+    CHECK(double(prompts.size()) <= 0.2 * task.kind_size(k));
+    for (auto& p : prompts) CHECK(train[k].count(p) == 0);
+  }
+  CHECK_THROWS_AS(Dataset::make(task, 100, 10, 2, 0.0), std::invalid_argument);
 }
 
 TEST_CASE("the data cursor visits each problem once per epoch and a restored cursor continues exactly (RL-2)") {

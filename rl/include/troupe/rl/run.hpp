@@ -57,6 +57,8 @@ struct TaskConfig {
   std::string spec = "addition:1-3";     // make_task spec
   std::size_t train_size = 20000;
   std::size_t heldout_size = 500;
+  // At most this share of a kind of problem is held out (Dataset::make); >= 1: no bound.
+  double heldout_kind_share = 0.2;
 };
 
 // The policy's architecture and where its weights start.
