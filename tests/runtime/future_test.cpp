@@ -62,6 +62,21 @@ TEST_CASE("a future that never completes is freed with the then() and when_all()
   CHECK(joined.expired());
 }
 
+TEST_CASE("a source freed by one of its own callbacks as it completes fails what was chained to it") {
+  auto p = std::make_unique<troupe::Promise<int>>();
+  troupe::Future<int> chained;
+  troupe::Future<std::vector<int>> all;
+  {
+    auto f = p->future();
+    f.state()->on_ready([&p] { p.reset(); });   // drops the state's last holder mid-completion
+    chained = f.then([](int v) { return v; });
+    all = troupe::when_all(std::vector<troupe::Future<int>>{f});
+  }
+  p->set_value(1);
+  CHECK(chained.result().error().code == troupe::ErrorCode::Internal);   // not lost, not a crash
+  CHECK(all.result().error().code == troupe::ErrorCode::Internal);
+}
+
 TEST_CASE("when_all() keeps each input's value once it completed, though nobody else holds it") {
   troupe::Promise<int> last;
   auto all = [&] {

@@ -179,8 +179,8 @@ class ElasticGroup {
   static void on_result(std::shared_ptr<State> s, Promise<R> p, Future<R> f, ActorRef<T> to, M method, Args args, int left) {
     std::weak_ptr<detail::State<R>> weak = f.state();   // held weakly by its own callback (future.hpp, then)
     f.state()->on_ready([s = std::move(s), p, weak, to, method, args = std::move(args), left]() mutable {
-      auto st = weak.lock();   // the completing thread holds it
-      if (!st) return;
+      auto st = weak.lock();   // the completing thread holds it (StateBase::on_ready)
+      if (!st) { p.set_error(Error{ErrorCode::Internal, "a group call's future was freed as it completed"}); return; }
       if (!st->has_error()) {
         if constexpr (std::is_void_v<R>) p.set_value();
         else p.set_value(std::move(st->value()));

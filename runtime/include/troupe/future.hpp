@@ -95,8 +95,8 @@ auto Future<T>::then(F f) const {
   // completes (its actor gone) is then freed with its callback, not kept alive by it.
   std::weak_ptr<detail::State<T>> weak = state_;
   state_->on_ready([weak, p, f = std::move(f)]() mutable {
-    auto src = weak.lock();   // the completing thread holds it
-    if (!src) return;
+    auto src = weak.lock();   // the completing thread holds it (StateBase::on_ready)
+    if (!src) { p.set_error(Error{ErrorCode::Internal, "then: the source was freed as it completed"}); return; }
     if (src->has_error()) { p.set_error(src->error()); return; }
     try {
       if constexpr (std::is_void_v<T> && std::is_void_v<R>) { f(); p.set_value(); }

@@ -63,7 +63,9 @@ class StateBase {
   virtual bool complete_from(const Payload& reply) = 0;
 
   // Runs `cb` once the state completes: at once (on this thread) if it already has, else on
-  // the completing thread. Callbacks must be short and must not block.
+  // the completing thread. Callbacks must be short and must not block. Whoever completes a state
+  // holds a shared_ptr to it until the call returns (a Promise, a call table's entry): callbacks
+  // hold their own state weakly (Future::then, when_all) and find it alive through that one.
   void on_ready(std::function<void()> cb);
 
   CallLink call_link;   // see CallLink; untouched by futures that are not calls

@@ -27,7 +27,7 @@ Future<R> join_all(std::vector<Future<T>> fs, Finish finish) {
   for (std::size_t i = 0; i < fs.size(); ++i) {
     std::weak_ptr<State<T>> weak = fs[i].state();
     fs[i].state()->on_ready([join, done, weak, i] {
-      join->inputs[i] = Future<T>(weak.lock());   // the completing thread holds it
+      join->inputs[i] = Future<T>(weak.lock());   // the completing thread holds it (StateBase::on_ready); else invalid
       if (join->left.fetch_sub(1, std::memory_order_acq_rel) == 1) done();
     });
   }
@@ -42,6 +42,7 @@ Future<std::conditional_t<std::is_void_v<T>, void, std::vector<T>>> when_all(std
   using R = std::conditional_t<std::is_void_v<T>, void, std::vector<T>>;
   return detail::join_all<R>(std::move(fs), [](std::vector<Future<T>>& inputs, Promise<R>& out) {
     for (auto& f : inputs) {
+      if (!f.valid()) { out.set_error(Error{ErrorCode::Internal, "when_all: an input was freed as it completed"}); return; }
       if (f.state()->has_error()) { out.set_error(f.state()->error()); return; }
     }
     if constexpr (std::is_void_v<T>) {
@@ -62,7 +63,8 @@ Future<std::vector<Result<T>>> when_all_results(std::vector<Future<T>> fs) {
     std::vector<Result<T>> results;
     results.reserve(inputs.size());
     for (auto& f : inputs) {
-      if (f.state()->has_error()) results.emplace_back(f.state()->error());
+      if (!f.valid()) results.emplace_back(Error{ErrorCode::Internal, "when_all_results: the input was freed as it completed"});
+      else if (f.state()->has_error()) results.emplace_back(f.state()->error());
       else if constexpr (std::is_void_v<T>) results.emplace_back();
       else results.emplace_back(std::move(f.state()->value()));
     }
