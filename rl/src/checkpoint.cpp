@@ -37,6 +37,7 @@ void save_run_state(const std::string& dir, const RunState& s) {
   j["cursor"] = {{"seed", s.cursor.seed}, {"epoch", s.cursor.epoch}, {"index", s.cursor.index}};
   j["sft_heldout_acc"] = s.sft_heldout_acc;
   j["sft_heldout_format"] = s.sft_heldout_format;
+  j["sft_heldout_acc_by_kind"] = s.sft_heldout_acc_by_kind;
   j["values"] = s.values;
   std::ofstream out(dir + "/state.json");
   out << j.dump(2) << "\n";
@@ -57,6 +58,8 @@ RunState load_run_state(const std::string& dir) {
     s.cursor.index = j.at("cursor").at("index").get<std::int64_t>();
     s.sft_heldout_acc = j.at("sft_heldout_acc").get<double>();
     s.sft_heldout_format = j.at("sft_heldout_format").get<double>();
+    if (j.contains("sft_heldout_acc_by_kind"))   // older checkpoints have none
+      s.sft_heldout_acc_by_kind = j.at("sft_heldout_acc_by_kind").get<std::map<std::string, double>>();
     if (j.contains("values")) s.values = j.at("values").get<std::map<std::string, double>>();   // older checkpoints have none
     return s;
   } catch (const nlohmann::json::exception& e) {

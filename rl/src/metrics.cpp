@@ -31,6 +31,11 @@ std::string to_json_line(const StepRecord& r) {
   j["response_tokens"] = rounded(r.response_tokens);
   if (r.heldout_acc) j["heldout_acc"] = rounded(*r.heldout_acc);
   if (r.heldout_format) j["heldout_format"] = rounded(*r.heldout_format);
+  if (!r.heldout_acc_by_kind.empty()) {
+    Json kinds = Json::object();
+    for (const auto& [k, v] : r.heldout_acc_by_kind) kinds[k] = rounded(v);
+    j["heldout_acc_by_kind"] = std::move(kinds);
+  }
   j["loss"] = rounded(r.loss);
   j["pg_loss"] = rounded(r.pg_loss);
   j["kl"] = rounded(r.kl, 1e9);
@@ -63,6 +68,11 @@ StepRecord record_from_json_line(const std::string& line) {
   r.format_ok = j.value("format_ok", 0.0);
   if (j.contains("heldout_acc")) r.heldout_acc = j["heldout_acc"].get<double>();
   if (j.contains("heldout_format")) r.heldout_format = j["heldout_format"].get<double>();
+  if (auto it = j.find("heldout_acc_by_kind"); it != j.end() && it->is_object()) {
+    for (const auto& [k, v] : it->items()) {
+      if (v.is_number()) r.heldout_acc_by_kind[k] = v.get<double>();
+    }
+  }
   r.kl = j.value("kl", 0.0);
   r.entropy = j.value("entropy", 0.0);
   r.rollout_engines = j.value("rollout_engines", 1);

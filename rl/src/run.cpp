@@ -235,8 +235,17 @@ EvalResult Run::evaluate() {
   auto results = reward_.call(&actors::Reward::score, score_items(data_.heldout, 1, rollout, *tokenizer_)).get();
   EvalResult e;
   e.problems = std::int64_t(results.size());
-  for (auto& r : results) { e.accuracy += r.correct; e.format_ok += r.format_ok; }
+  std::map<std::string, std::int64_t> of_kind;
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    e.accuracy += results[i].correct;
+    e.format_ok += results[i].format_ok;
+    if (auto kind = task_->kind(data_.heldout[i]); !kind.empty()) {   // results come in the held-out set's order
+      e.accuracy_by_kind[kind] += results[i].correct;
+      ++of_kind[kind];
+    }
+  }
   if (e.problems > 0) { e.accuracy /= double(e.problems); e.format_ok /= double(e.problems); }
+  for (auto& [kind, acc] : e.accuracy_by_kind) acc /= double(of_kind[kind]);
   return e;
 }
 
@@ -340,6 +349,8 @@ std::string summary_json_line(const RunSummary& s) {
   out["final_heldout_acc"] = s.final_heldout_acc;
   out["sft_heldout_format"] = s.sft_heldout_format;
   out["final_heldout_format"] = s.final_heldout_format;
+  out["sft_heldout_acc_by_kind"] = s.sft_heldout_acc_by_kind;
+  out["final_heldout_acc_by_kind"] = s.final_heldout_acc_by_kind;
   out["steps"] = s.steps;
   out["seconds"] = tenth(s.seconds);
   out["sft_seconds"] = tenth(s.sft_seconds);
@@ -413,9 +424,11 @@ RunSummary Run::begin_run() {
     EvalResult e = evaluate();
     state_.sft_heldout_acc = e.accuracy;
     state_.sft_heldout_format = e.format_ok;
+    state_.sft_heldout_acc_by_kind = e.accuracy_by_kind;
   }
   sum.sft_heldout_acc = state_.sft_heldout_acc;
   sum.sft_heldout_format = state_.sft_heldout_format;
+  sum.sft_heldout_acc_by_kind = state_.sft_heldout_acc_by_kind;
   return sum;
 }
 
@@ -424,6 +437,7 @@ void Run::evaluate_into(StepRecord& rec, RunSummary& sum) {
   EvalResult e = evaluate();
   rec.heldout_acc = sum.final_heldout_acc = e.accuracy;
   rec.heldout_format = sum.final_heldout_format = e.format_ok;
+  rec.heldout_acc_by_kind = sum.final_heldout_acc_by_kind = e.accuracy_by_kind;
   rec.seconds.eval = since(t);
 }
 

@@ -254,4 +254,14 @@ TEST_CASE("build/bin/rloo, an algorithm written as a user writes one: 60 seeded 
   CHECK(summary["steps"] == 60);
   // Measured on seed 1, the demo's start: 0.492 -> 0.646 at step 60.
   CHECK(summary["final_heldout_acc"].get<double>() >= summary["sft_heldout_acc"].get<double>() + 0.08);
+  // Accuracy by kind of problem (the operands' digit counts), at the start and the end.
+  for (const char* key : {"sft_heldout_acc_by_kind", "final_heldout_acc_by_kind"}) {
+    INFO(key);
+    REQUIRE(summary[key].is_object());
+    CHECK(summary[key].size() == 4);
+    for (const char* kind : {"1+1", "1+2", "2+1", "2+2"}) {
+      REQUIRE(summary[key].contains(kind));
+      CHECK((summary[key][kind].get<double>() >= 0 && summary[key][kind].get<double>() <= 1));
+    }
+  }
 }

@@ -117,7 +117,10 @@ TEST_CASE("metrics lines round-trip and a resumed log drops the steps after its 
       StepRecord r;
       r.step = s;
       r.reward_mean = 0.1 * s;
-      if (s == 4) r.heldout_acc = 0.5;
+      if (s == 4) {
+        r.heldout_acc = 0.5;
+        r.heldout_acc_by_kind = {{"1+1", 0.75}, {"2+2", 0.25}};
+      }
       log.write(r);
     }
   }
@@ -125,8 +128,10 @@ TEST_CASE("metrics lines round-trip and a resumed log drops the steps after its 
   auto records = read_metrics(path);
   REQUIRE(records.size() == 4);
   CHECK(records[3].heldout_acc.value_or(-1) == doctest::Approx(0.5));
+  CHECK(records[3].heldout_acc_by_kind == std::map<std::string, double>{{"1+1", 0.75}, {"2+2", 0.25}});
   CHECK(records[2].reward_mean == doctest::Approx(0.3));
   CHECK_FALSE(records[2].heldout_acc.has_value());
+  CHECK(records[2].heldout_acc_by_kind.empty());
   std::filesystem::remove_all(dir);
 }
 
@@ -139,6 +144,7 @@ TEST_CASE("run state survives a round trip through state.json") {
   s.seed = 0xfeedfacecafebeefull;
   s.cursor = DataCursor{5, 2, 17};
   s.sft_heldout_acc = 0.25;
+  s.sft_heldout_acc_by_kind = {{"1+2", 0.5}};
   save_run_state(dir, s);
   RunState r = load_run_state(dir);
   CHECK(r.step == 12);
@@ -146,6 +152,7 @@ TEST_CASE("run state survives a round trip through state.json") {
   CHECK(r.seed == s.seed);
   CHECK((r.cursor.seed == 5 && r.cursor.epoch == 2 && r.cursor.index == 17));
   CHECK(r.sft_heldout_acc == 0.25);
+  CHECK(r.sft_heldout_acc_by_kind == s.sft_heldout_acc_by_kind);
   std::filesystem::remove_all(dir);
   CHECK_THROWS(load_run_state(dir));
 }

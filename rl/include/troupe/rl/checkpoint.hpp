@@ -21,6 +21,7 @@ struct RunState {
   DataCursor cursor;
   double sft_heldout_acc = 0;
   double sft_heldout_format = 0;
+  std::map<std::string, double> sft_heldout_acc_by_kind;
   std::map<std::string, double> values;   // an algorithm's scalars (PPO's adaptive KL coefficient)
 };
 

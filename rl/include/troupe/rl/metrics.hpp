@@ -25,6 +25,7 @@ struct StepRecord {
   double response_tokens = 0;           // mean generated tokens per sample
   double loss = 0, pg_loss = 0, kl = 0, entropy = 0, clip_fraction = 0, grad_norm = 0, lr = 0;
   std::optional<double> heldout_acc, heldout_format;   // on evaluation steps only
+  std::map<std::string, double> heldout_acc_by_kind;   // on evaluation steps, of a task with kinds
   double tokens_per_s = 0;              // generated tokens / step wall time
   std::int32_t rollout_engines = 1;     // the engines this step's samples were split across
   std::string samples_digest;           // of the step's tokens and masks (16 hex digits): equal digests, equal samples

@@ -27,6 +27,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -58,7 +59,7 @@ struct TaskConfig {
   std::size_t train_size = 20000;
   std::size_t heldout_size = 500;
   // At most this share of a kind of problem is held out (Dataset::make); >= 1: no bound.
-  double heldout_kind_share = 0.2;
+  double heldout_kind_share = kHeldoutKindShare;
 };
 
 // The policy's architecture and where its weights start.
@@ -175,11 +176,13 @@ struct EvalResult {
   double accuracy = 0;     // exact answers with a valid format
   double format_ok = 0;
   std::int64_t problems = 0;
+  std::map<std::string, double> accuracy_by_kind;   // by Task::kind (addition: "1+2"); empty when the task has no kinds
 };
 
 struct RunSummary {
   double sft_heldout_acc = 0, sft_heldout_format = 0;
   double final_heldout_acc = 0, final_heldout_format = 0;
+  std::map<std::string, double> sft_heldout_acc_by_kind, final_heldout_acc_by_kind;
   std::int64_t steps = 0;
   double seconds = 0, sft_seconds = 0, grpo_seconds = 0;   // grpo_seconds: the RL phase, whatever the algorithm
   std::string run_dir, metrics_path, plot_path, checkpoint;
@@ -188,7 +191,8 @@ struct RunSummary {
 };
 
 // The summary as the programs print it, one JSON object on one line: sft_heldout_acc,
-// final_heldout_acc, sft_heldout_format, final_heldout_format, steps, seconds, sft_seconds,
+// final_heldout_acc, sft_heldout_format, final_heldout_format, sft_heldout_acc_by_kind and
+// final_heldout_acc_by_kind (objects, kind -> accuracy; empty for a task without kinds), steps, seconds, sft_seconds,
 // grpo_seconds (the RL phase, whatever the algorithm), metrics, plot, checkpoint, resumed.
 std::string summary_json_line(const RunSummary& summary);
 

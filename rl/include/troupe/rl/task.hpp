@@ -61,10 +61,11 @@ std::unique_ptr<Task> make_task(const std::string& spec);
 // max_kind_share of its problems, so that every kind stays in training: with addition of 1-2
 // digits an unbounded draw of 500 takes ~80 of the 100 one-digit sums, and a model then never
 // learns the rest. max_kind_share >= 1: no bound (the draws of a set made before the bound).
+inline constexpr double kHeldoutKindShare = 0.2;   // the default here and of TaskConfig::heldout_kind_share
 struct Dataset {
   std::vector<Problem> train, heldout;
   static Dataset make(const Task& task, std::size_t train_size, std::size_t heldout_size, std::uint64_t seed,
-                      double max_kind_share = 1.0);
+                      double max_kind_share = kHeldoutKindShare);
 };
 
 // Position in the train set: epoch e visits a permutation drawn from (seed, e).
