@@ -1,6 +1,6 @@
 // A link frame's 6-byte header: [u32 little-endian length][u8 kind][u8 flags], the length counting
 // kind, flags and body, and the little-endian integers inside link messages. Shared by the
-// socket's frames and the lane's rings (link.cpp, lane.cpp, head_link.cpp).
+// socket's frames and the lane's rings (the link*.cpp files, lane.cpp, head_link.cpp).
 #pragma once
 
 #include <cstddef>

@@ -1,4 +1,4 @@
-// A lane: the shared-memory path of a link between two processes on one host (link.cpp decides
+// A lane: the shared-memory path of a link between two processes on one host (link_loops.cpp decides
 // when a link has one). One shared file (a memfd of the process that offered the lane, opened by
 // the other through /proc/<pid>/fd) holds two byte rings, one each way; each ring carries the
 // link's frames exactly as the socket would ([u32 length][kind][flags][body]), has one producer

@@ -106,7 +106,7 @@ class Link : public std::enable_shared_from_this<Link> {
   // Installs the handlers (a link accepted by a hub starts without: set them before it reads).
   void set_handlers(MessageHandler on_message, ClosedHandler on_closed);
 
-  struct Impl;   // link.cpp's
+  struct Impl;   // net/src/link_impl.hpp's
 
  private:
   friend class LinkHub;
@@ -130,7 +130,7 @@ class Link : public std::enable_shared_from_this<Link> {
 // calls it, so that its call is not left in an outbox meanwhile. Never blocks on a slow peer.
 void flush_batched();
 
-struct Lane;   // link.cpp's
+struct Lane;   // net/src/link_impl.hpp's
 
 // While one lives, this thread counts as looking at every lane of this process that was open when
 // it was made: their senders ring no doorbell, and drain() handles what they carry, here. For a
@@ -182,7 +182,7 @@ class LinkHub {
   };
   Counts counts() const;
 
-  struct Impl;   // link.cpp's
+  struct Impl;   // net/src/link_impl.hpp's
 
  private:
   std::shared_ptr<Impl> impl_;

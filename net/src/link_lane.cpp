@@ -1,0 +1,184 @@
+// A link's lane, the consuming side (link_impl.hpp; the rings themselves are lane.cpp's): draining,
+// handing off to the io thread, the switch from the socket, the end; and LaneWatch.
+#include "link_impl.hpp"   // first: it includes <utility> before Boost.Asio
+
+#include <limits>
+
+#include <spdlog/spdlog.h>
+
+namespace troupe::net {
+
+std::vector<char>* Reassembly::feed(char k, std::uint8_t flags, std::vector<char>& body) {
+  if (!(flags & kChunkFlag)) return &body;   // a small message may pass between a big one's chunks
+  const bool first = flags & kFirstFlag;
+  if (first != !assembling || (!first && k != kind)) throw std::runtime_error("chunks out of order");
+  std::size_t from = 0;
+  if (first) {
+    if (body.size() < 8) throw std::runtime_error("a first chunk without its size");
+    const auto total = get_le<std::uint64_t>(body.data());
+    if (total > kMaxMessage) throw std::runtime_error("a message over the size limit");
+    expected = total;
+    joined.clear();
+    joined.reserve(total);
+    kind = k;
+    assembling = true;
+    from = 8;
+  }
+  if (joined.size() + (body.size() - from) > expected) throw std::runtime_error("a message longer than it said");
+  joined.insert(joined.end(), body.begin() + std::ptrdiff_t(from), body.end());
+  if (!(flags & kLastFlag)) return nullptr;
+  if (joined.size() != expected) throw std::runtime_error("a message shorter than it said");
+  assembling = false;
+  body.swap(joined);
+  std::vector<char>().swap(joined);
+  return &body;
+}
+
+LaneRegistry& lanes() {
+  static auto* r = new LaneRegistry;   // never destroyed: a hub stopping at exit may still reach it
+  return *r;
+}
+
+std::size_t Lane::drain(Lane& l) {
+  // Not again on a thread already handling one of its messages (a handler that waits for a
+  // reply): consume_mu is not recursive, and that thread takes the rest once the handler returns.
+  if (!l.in.pending() || l.holder.load(std::memory_order_relaxed) == std::this_thread::get_id()) return 0;
+  std::size_t handled = 0;
+  l.wanted.store(true);
+  while (l.wanted.load() && handled < kTakeBudget) {
+    std::unique_lock lk(l.consume_mu, std::try_to_lock);
+    if (!lk.owns_lock()) break;   // its holder drains again as it lets go (seq_cst: it sees `wanted`)
+    l.wanted.store(false);
+    Holding h(l);
+    handled += l.take(kTakeBudget, false);
+  }
+  return handled;
+}
+
+void Lane::hand_off(const std::shared_ptr<Lane>& l) {
+  if (!l->in.pending()) return;
+  auto lk = l->link.lock();
+  if (!lk || lk->closed()) return;
+  asio::post(lk->impl_->hub->io, [l] {
+    if (drain(*l) > 0) hand_off(l);
+  });
+}
+
+std::size_t Lane::take(std::size_t budget, bool last) {
+  auto lk = link.lock();
+  if (ended || !lk || (!last && lk->closed())) return 0;
+  auto& m = *lk->impl_;
+  std::size_t handled = 0;
+  char kind = 0;
+  std::uint8_t flags = 0;
+  while (handled < budget) {
+    const auto got = in.next(kMaxChunk, kind, flags, body);
+    if (got == lane::Consumer::Got::None) break;
+    if (got == lane::Consumer::Got::Broken) {
+      lk->close("the lane holds malformed frames");
+      break;
+    }
+    m.last_heard.store(now_ns(), std::memory_order_relaxed);
+    std::vector<char>* message = nullptr;
+    try {
+      if (internal_kind(kind)) throw std::runtime_error("a link's own message in its lane");
+      message = joined.feed(kind, flags, body);
+    } catch (const std::exception& e) {   // malformed, or a size no memory holds
+      lk->close(e.what());
+      break;
+    }
+    if (message == nullptr) continue;
+    m.hub->received.fetch_add(1, std::memory_order_relaxed);
+    ++handled;
+    try {
+      if (m.on_message) m.on_message(*lk, kind, *message);
+    } catch (const std::exception& e) {   // a bad message from the peer: this link ends
+      lk->close(std::string("a message was refused: ") + e.what());
+      break;
+    }
+    if (message->capacity() > 4 * std::size_t(kMaxChunk)) std::vector<char>().swap(*message);   // a big one passed
+    if (!last && lk->closed()) break;
+  }
+  return handled;
+}
+
+void Lane::open(const std::shared_ptr<Lane>& l) {
+  auto& r = lanes();
+  std::lock_guard lk(r.mu);
+  r.lanes.push_back(l);
+  r.count.store(r.lanes.size());
+}
+
+void Lane::end(const std::shared_ptr<Lane>& l, bool deliver) {
+  {
+    std::lock_guard lk(l->consume_mu);
+    Holding h(*l);
+    if (deliver) l->take(std::numeric_limits<std::size_t>::max(), true);
+    l->ended = true;
+  }
+  auto& r = lanes();
+  std::lock_guard lk(r.mu);
+  std::erase(r.lanes, l);
+  r.count.store(r.lanes.size());
+}
+
+void Lane::switch_to_lane(Link& link) {
+  auto& m = *link.impl_;
+  std::unique_lock bulk(m.bulk_mu, std::try_to_lock);
+  if (!bulk.owns_lock() || !m.switch_due.exchange(false)) return;   // its holder switches as it lets go
+  std::lock_guard wk(m.write_mu);
+  if (link.closed()) return;
+  {
+    std::lock_guard ok(m.out_mu);   // from here a batched sender goes by the lane (after write_mu)
+    m.lane_on.store(true);
+  }
+  // The outbox (batched before the switch) goes ahead of it, on the socket.
+  if (!m.write_frame(kLaneSwitch, 0, nullptr, 0, true)) link.close("a send failed (the stream is broken)");
+}
+bool Link::Impl::lane_frame(char kind, std::uint8_t flags, const char* data, std::size_t size) {
+  char header[kFrameHeader];
+  put_header(header, std::uint32_t(size), kind, flags);
+  iovec iov[2] = {{header, sizeof header}, {const_cast<char*>(data), size}};
+  const auto put = lane->out.put(iov, size > 0 ? 2 : 1, sizeof header + size, Clock::now() + hub->opts.send_timeout,
+                                 self->closed_);
+  if (put != lane::Producer::Put::Ok && put != lane::Producer::Put::Ring) return false;
+  last_sent.store(now_ns(), std::memory_order_relaxed);
+  // Published: the peer takes it even if the doorbell cannot go (its end of the link takes what
+  // was published before the EOF), so the send succeeded either way.
+  if (put == lane::Producer::Put::Ring && !write_frame(kDoorbell, 0, nullptr, 0, true)) {
+    self->close("a doorbell failed (the stream is broken)");
+  }
+  return true;
+}
+
+LaneWatch::LaneWatch() {
+  auto& r = lanes();
+  if (r.count.load() == 0) return;
+  {
+    std::lock_guard lk(r.mu);
+    lanes_ = r.lanes;
+  }
+  for (auto& l : lanes_) l->in.control().awake.fetch_add(1);
+}
+
+LaneWatch::~LaneWatch() {
+  for (auto& l : lanes_) {
+    // seq_cst, then pending(): a frame published before this is seen here, one after it rings
+    // the doorbell (lane::Producer::put). What this thread does not take, its io thread does.
+    l->in.control().awake.fetch_sub(1);
+    try {
+      Lane::drain(*l);
+      Lane::hand_off(l);
+    } catch (const std::exception& e) {   // a handler's own failure closes its link in take()
+      spdlog::error("links: a lane could not be drained: {}", e.what());
+    }
+  }
+}
+
+std::size_t LaneWatch::drain() {
+  std::size_t n = 0;
+  for (auto& l : lanes_) n += Lane::drain(*l);
+  return n;
+}
+
+}  // namespace troupe::net
