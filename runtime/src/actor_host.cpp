@@ -1,7 +1,5 @@
 #include "actor_host.hpp"
 
-#include <sched.h>
-
 #include <caf/all.hpp>
 
 #include "troupe/actor_ref.hpp"
@@ -55,10 +53,7 @@ void linger(Host* self, bool remote) {
   if (!self->state.linger) return;
   const auto until = std::chrono::steady_clock::now() + kLinger;
   if (remote) {   // the next call may come by a lane: this thread takes it there itself
-    net::LaneWatch lanes;
-    while (self->mailbox().empty() && std::chrono::steady_clock::now() < until) {
-      if (lanes.drain() == 0) sched_yield();
-    }
+    net::watch_lanes_until([self] { return !self->mailbox().empty(); }, until);
     return;
   }
   for (unsigned i = 0; self->mailbox().empty(); ++i) {

@@ -1,5 +1,3 @@
-#include <sched.h>
-
 #include <algorithm>
 #include <chrono>
 #include <memory>
@@ -33,13 +31,8 @@ inline void cpu_relax() {
 // leaves them to the io thread or their sender: microseconds.)
 bool look_for_remote_reply(const StateBase& s, std::chrono::steady_clock::time_point deadline) {
   net::flush_batched();
-  net::LaneWatch lanes;
   const auto until = std::min(deadline, std::chrono::steady_clock::now() + kYieldFor);
-  while (std::chrono::steady_clock::now() < until) {
-    if (s.ready()) return true;
-    if (lanes.drain() == 0) sched_yield();
-  }
-  return s.ready();
+  return net::watch_lanes_until([&] { return s.ready(); }, until);
 }
 
 }  // namespace

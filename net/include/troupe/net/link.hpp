@@ -31,6 +31,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace troupe::net {
@@ -150,6 +151,19 @@ class LaneWatch {
  private:
   std::vector<std::shared_ptr<Lane>> lanes_;
 };
+
+// A LaneWatch's usual span: until `done()` holds or `until` passes, this thread takes what this
+// process's lanes carry, and gives its core away between looks that found nothing. Whether done()
+// held at the end.
+template <class Done>
+bool watch_lanes_until(Done&& done, std::chrono::steady_clock::time_point until) {
+  LaneWatch watch;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= until) return done();
+    if (watch.drain() == 0) std::this_thread::yield();
+  }
+  return true;
+}
 
 // A process's links: the io thread, a listener (optional) and the links it opened or accepted.
 class LinkHub {
