@@ -363,8 +363,8 @@ TEST_CASE("links: a message of hundreds of megabytes does not starve the heartbe
   const auto big = pattern(384u << 20, 11);
   const auto t0 = std::chrono::steady_clock::now();
   const bool sent = link->send('b', big);
+  INFO("sent: " << sent << "; client: " << inbox.why << "; server: " << server.inbox.why);
   REQUIRE(server.inbox.wait_messages(1, 60s));
-  INFO("client: " << inbox.why << "; server: " << server.inbox.why);
   REQUIRE(sent);
   MESSAGE("384 MiB in " << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s");
   CHECK(server.inbox.got[0].second == big);
