@@ -90,6 +90,22 @@ bool Link::Impl::write_frame(char kind, std::uint8_t flags, const char* data, st
   return ok;
 }
 
+bool Link::Impl::lane_frame(char kind, std::uint8_t flags, const char* data, std::size_t size) {
+  char header[kFrameHeader];
+  put_header(header, std::uint32_t(size), kind, flags);
+  iovec iov[2] = {{header, sizeof header}, {const_cast<char*>(data), size}};
+  const auto put = lane->out.put(iov, size > 0 ? 2 : 1, sizeof header + size, Clock::now() + hub->opts.send_timeout,
+                                 self->closed_);
+  if (put != lane::Producer::Put::Ok && put != lane::Producer::Put::Ring) return false;
+  last_sent.store(now_ns(), std::memory_order_relaxed);
+  // Published: the peer takes it even if the doorbell cannot go (its end of the link takes what
+  // was published before the EOF), so the send succeeded either way.
+  if (put == lane::Producer::Put::Ring && !write_frame(kDoorbell, 0, nullptr, 0, true)) {
+    self->close("a doorbell failed (the stream is broken)");
+  }
+  return true;
+}
+
 bool Link::Impl::write_outbox() {
   take_outbox();
   if (sending.empty()) return true;

@@ -156,7 +156,7 @@ struct LinkHub::Impl : std::enable_shared_from_this<LinkHub::Impl> {
   void remember(const std::shared_ptr<Link>& l);
 };
 
-// ---- a link (link.cpp; lane_frame in link_lane.cpp) -------------------------------------------------
+// ---- a link (link.cpp) -----------------------------------------------------------------------------
 
 struct Link::Impl {
   Impl(std::shared_ptr<LinkHub::Impl> h, tcp::socket s)

@@ -135,22 +135,6 @@ void Lane::switch_to_lane(Link& link) {
   // The outbox (batched before the switch) goes ahead of it, on the socket.
   if (!m.write_frame(kLaneSwitch, 0, nullptr, 0, true)) link.close("a send failed (the stream is broken)");
 }
-bool Link::Impl::lane_frame(char kind, std::uint8_t flags, const char* data, std::size_t size) {
-  char header[kFrameHeader];
-  put_header(header, std::uint32_t(size), kind, flags);
-  iovec iov[2] = {{header, sizeof header}, {const_cast<char*>(data), size}};
-  const auto put = lane->out.put(iov, size > 0 ? 2 : 1, sizeof header + size, Clock::now() + hub->opts.send_timeout,
-                                 self->closed_);
-  if (put != lane::Producer::Put::Ok && put != lane::Producer::Put::Ring) return false;
-  last_sent.store(now_ns(), std::memory_order_relaxed);
-  // Published: the peer takes it even if the doorbell cannot go (its end of the link takes what
-  // was published before the EOF), so the send succeeded either way.
-  if (put == lane::Producer::Put::Ring && !write_frame(kDoorbell, 0, nullptr, 0, true)) {
-    self->close("a doorbell failed (the stream is broken)");
-  }
-  return true;
-}
-
 LaneWatch::LaneWatch() {
   auto& r = lanes();
   if (r.count.load() == 0) return;
