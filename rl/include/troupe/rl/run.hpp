@@ -192,7 +192,8 @@ struct RunSummary {
 
 // The summary as the programs print it, one JSON object on one line: sft_heldout_acc,
 // final_heldout_acc, sft_heldout_format, final_heldout_format, sft_heldout_acc_by_kind and
-// final_heldout_acc_by_kind (objects, kind -> accuracy; empty for a task without kinds), steps,
+// final_heldout_acc_by_kind (objects, kind -> accuracy; empty for a task without kinds, and the
+// start's for a run resumed from a checkpoint written before the field existed), steps,
 // seconds, sft_seconds, grpo_seconds (the RL phase, whatever the algorithm), metrics, plot,
 // checkpoint, resumed.
 std::string summary_json_line(const RunSummary& summary);
