@@ -29,7 +29,7 @@ struct Settings {
   // Defaults: the configuration README measures (0.974 and 0.956 held-out pair accuracy, seeds 1 and 2, in 5-6.5 min).
   std::int32_t sft_steps = 300, trunk_sft_steps = 0, group = 8, steps = 12000, pairs_per_step = 64, eval_every = 2000, threads = 1, per_prompt = 8;
   std::size_t sample_prompts = 20000, heldout = 500;
-  double heldout_kind_share = rl::TaskConfig{}.heldout_kind_share;
+  double heldout_kind_share = rl::kHeldoutKindShare;
   double lr = 1e-3, margin = 0.0, weight_decay = 0.0, lm_coef = 0.0;
   std::string run_dir = "runs/reward_model";
 };

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -17,6 +18,25 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 double rounded(double v, double scale = 1e6) { return std::round(v * scale) / scale + 0.0; }   // + 0.0: no "-0"
+
+// A named-scalars field ("values", "heldout_acc_by_kind"): written only when it has entries, read
+// back keeping the numbers.
+void put_scalars(Json& j, const char* key, const std::map<std::string, double>& m) {
+  if (m.empty()) return;
+  Json o = Json::object();
+  for (const auto& [k, v] : m) o[k] = rounded(v);
+  j[key] = std::move(o);
+}
+
+std::map<std::string, double> get_scalars(const Json& j, const char* key) {
+  std::map<std::string, double> m;
+  if (auto it = j.find(key); it != j.end() && it->is_object()) {
+    for (const auto& [k, v] : it->items()) {
+      if (v.is_number()) m[k] = v.get<double>();
+    }
+  }
+  return m;
+}
 
 }  // namespace
 
@@ -31,11 +51,7 @@ std::string to_json_line(const StepRecord& r) {
   j["response_tokens"] = rounded(r.response_tokens);
   if (r.heldout_acc) j["heldout_acc"] = rounded(*r.heldout_acc);
   if (r.heldout_format) j["heldout_format"] = rounded(*r.heldout_format);
-  if (!r.heldout_acc_by_kind.empty()) {
-    Json kinds = Json::object();
-    for (const auto& [k, v] : r.heldout_acc_by_kind) kinds[k] = rounded(v);
-    j["heldout_acc_by_kind"] = std::move(kinds);
-  }
+  put_scalars(j, "heldout_acc_by_kind", r.heldout_acc_by_kind);
   j["loss"] = rounded(r.loss);
   j["pg_loss"] = rounded(r.pg_loss);
   j["kl"] = rounded(r.kl, 1e9);
@@ -49,11 +65,7 @@ std::string to_json_line(const StepRecord& r) {
   const auto& s = r.seconds;
   j["seconds"] = {{"rollout", rounded(s.rollout)}, {"reward", rounded(s.reward)}, {"reference", rounded(s.reference)},
                   {"train", rounded(s.train)}, {"sync", rounded(s.sync)}, {"eval", rounded(s.eval)}, {"total", rounded(s.total)}};
-  if (!r.values.empty()) {
-    Json values = Json::object();
-    for (const auto& [k, v] : r.values) values[k] = rounded(v);
-    j["values"] = std::move(values);
-  }
+  put_scalars(j, "values", r.values);
   return j.dump();
 }
 
@@ -68,20 +80,12 @@ StepRecord record_from_json_line(const std::string& line) {
   r.format_ok = j.value("format_ok", 0.0);
   if (j.contains("heldout_acc")) r.heldout_acc = j["heldout_acc"].get<double>();
   if (j.contains("heldout_format")) r.heldout_format = j["heldout_format"].get<double>();
-  if (auto it = j.find("heldout_acc_by_kind"); it != j.end() && it->is_object()) {
-    for (const auto& [k, v] : it->items()) {
-      if (v.is_number()) r.heldout_acc_by_kind[k] = v.get<double>();
-    }
-  }
+  r.heldout_acc_by_kind = get_scalars(j, "heldout_acc_by_kind");
   r.kl = j.value("kl", 0.0);
   r.entropy = j.value("entropy", 0.0);
   r.rollout_engines = j.value("rollout_engines", 1);
   r.samples_digest = j.value("samples_digest", "");
-  if (auto it = j.find("values"); it != j.end() && it->is_object()) {
-    for (const auto& [k, v] : it->items()) {
-      if (v.is_number()) r.values[k] = v.get<double>();
-    }
-  }
+  r.values = get_scalars(j, "values");
   return r;
 }
 
