@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <filesystem>
@@ -24,15 +25,31 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Bounds on what one program's files can make the walk do: a job's files are the user's bytes.
 constexpr std::size_t kMaxFiles = 1024;
 constexpr std::uint16_t kMaxHeaders = 512;          // program headers of one file
 constexpr std::uint64_t kMaxDynamic = 64u << 10;    // bytes of its dynamic section
-constexpr std::uint64_t kMaxStrings = 4u << 20;     // bytes of its dynamic string table
+constexpr std::size_t kMaxNeeded = 256;             // libraries one object names
+constexpr std::size_t kMaxDirs = 64;                // directories one object's search looks in
+constexpr std::size_t kMaxName = 4096;              // bytes of one name or directory
+constexpr std::uint64_t kMaxBytes = 8ull << 30;     // read ahead in all
+constexpr auto kMaxTime = std::chrono::seconds(10);  // then the program starts as it would have
 
-// A file's descriptor, closed on scope exit.
+// A regular file's descriptor (-1 for anything else: a FIFO would block the open, a device's open
+// may do something), closed on scope exit; `size` its size.
 struct Fd {
-  int fd;
-  explicit Fd(const std::string& path) : fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {}
+  int fd = -1;
+  std::uint64_t size = 0;
+  explicit Fd(const std::string& path) {
+    struct stat st{};
+    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return;
+    fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd >= 0 && (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {   // replaced since the stat
+      ::close(fd);
+      fd = -1;
+    }
+    size = std::uint64_t(st.st_size);
+  }
   ~Fd() {
     if (fd >= 0) ::close(fd);
   }
@@ -62,14 +79,24 @@ struct Dynamic {
 
 // "a:b:c" -> {"a", "b", "c"}, $ORIGIN (and ${ORIGIN}) replaced by `origin`; entries naming other
 // loader variables ($LIB, $PLATFORM) are left out.
+// At most kMaxDirs, each under kMaxName bytes.
 std::vector<std::string> search_list(const std::string& value, const std::string& origin) {
   std::vector<std::string> out;
   std::stringstream in(value);
-  for (std::string dir; std::getline(in, dir, ':');) {
-    for (const char* var : {"${ORIGIN}", "$ORIGIN"}) {
-      for (auto at = dir.find(var); at != std::string::npos; at = dir.find(var)) dir.replace(at, std::strlen(var), origin);
+  for (std::string entry; out.size() < kMaxDirs && std::getline(in, entry, ':');) {
+    std::string dir;   // one pass: an origin that itself holds "$ORIGIN" is not expanded again
+    for (std::size_t i = 0; i < entry.size() && dir.size() < kMaxName;) {
+      if (entry.compare(i, 9, "${ORIGIN}") == 0) {
+        dir += origin;
+        i += 9;
+      } else if (entry.compare(i, 7, "$ORIGIN") == 0) {
+        dir += origin;
+        i += 7;
+      } else {
+        dir += entry[i++];
+      }
     }
-    if (!dir.empty() && dir.find('$') == std::string::npos) out.push_back(dir);
+    if (!dir.empty() && dir.size() < kMaxName && dir.find('$') == std::string::npos) out.push_back(std::move(dir));
   }
   return out;
 }
@@ -104,13 +131,15 @@ std::optional<Dynamic> read_dynamic(int fd, std::uint64_t size, const std::strin
     switch (e.d_tag) {
       case DT_STRTAB: strtab = e.d_un.d_ptr; break;
       case DT_STRSZ: strsz = e.d_un.d_val; break;
-      case DT_NEEDED: needed.push_back(e.d_un.d_val); break;
+      case DT_NEEDED:
+        if (needed.size() < kMaxNeeded) needed.push_back(e.d_un.d_val);
+        break;
       case DT_RPATH: rpath.push_back(e.d_un.d_val); break;
       case DT_RUNPATH: runpath.push_back(e.d_un.d_val); break;
       default: break;
     }
   }
-  if (strsz == 0 || strsz > kMaxStrings) return d;
+  if (strsz == 0) return d;
   // The string table's address, as a file offset: the loadable segment that holds it.
   std::optional<std::uint64_t> at;
   for (const auto& h : ph) {
@@ -119,17 +148,30 @@ std::optional<Dynamic> read_dynamic(int fd, std::uint64_t size, const std::strin
       break;
     }
   }
-  std::string strings(strsz, '\0');
-  if (!at || !read_at(fd, strings.data(), strsz, *at, size)) return d;
-  auto text = [&](std::uint64_t off) { return off < strsz ? std::string(strings.c_str() + off) : std::string(); };
+  if (!at || *at >= size) return d;
+  // One string of the table (a C++ library's runs to megabytes: only the names are read): "" for
+  // an offset outside it, or a name of kMaxName bytes or more.
+  std::string buf;
+  auto text = [&](std::uint64_t off) {
+    if (off >= strsz || off >= size - *at) return std::string();
+    const std::uint64_t n = std::min<std::uint64_t>({kMaxName, strsz - off, size - *at - off});
+    buf.assign(n, '\0');
+    if (!read_at(fd, buf.data(), n, *at + off, size)) return std::string();
+    const std::size_t len = ::strnlen(buf.data(), n);
+    return len < n ? std::string(buf.data(), len) : std::string();
+  };
   for (auto off : needed) {
     if (auto name = text(off); !name.empty()) d.needed.push_back(std::move(name));
   }
   for (auto off : rpath) {
-    for (auto& dir : search_list(text(off), origin)) d.rpath.push_back(std::move(dir));
+    for (auto& dir : search_list(text(off), origin)) {
+      if (d.rpath.size() < kMaxDirs) d.rpath.push_back(std::move(dir));
+    }
   }
   for (auto off : runpath) {
-    for (auto& dir : search_list(text(off), origin)) d.runpath.push_back(std::move(dir));
+    for (auto& dir : search_list(text(off), origin)) {
+      if (d.runpath.size() < kMaxDirs) d.runpath.push_back(std::move(dir));
+    }
   }
   return d;
 }
@@ -166,16 +208,17 @@ std::vector<std::string> system_dirs() {
   return dirs;
 }
 
+bool is_elf64(const Fd& f) {
+  Elf64_Ehdr eh{};
+  return f.fd >= 0 && read_at(f.fd, &eh, sizeof eh, 0, f.size) && std::memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 &&
+         eh.e_ident[EI_CLASS] == ELFCLASS64;
+}
+
 // The first 64-bit ELF file named `name` in `dirs`.
 std::optional<std::string> find_in(const std::string& name, const std::vector<std::string>& dirs) {
   for (const auto& dir : dirs) {
-    const std::string candidate = dir + "/" + name;
-    Fd f(candidate);
-    if (f.fd < 0) continue;
-    struct stat st{};
-    Elf64_Ehdr eh{};
-    if (::fstat(f.fd, &st) != 0 || !S_ISREG(st.st_mode) || !read_at(f.fd, &eh, sizeof eh, 0, std::uint64_t(st.st_size))) continue;
-    if (std::memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 && eh.e_ident[EI_CLASS] == ELFCLASS64) return candidate;
+    std::string candidate = dir + "/" + name;
+    if (is_elf64(Fd(candidate))) return candidate;
   }
   return std::nullopt;
 }
@@ -197,42 +240,58 @@ Prefetched prefetch_program(const std::string& binary, const std::string& ld_lib
   try {
     const auto exe = locate(binary, path);
     if (!exe) return out;
+    const auto deadline = std::chrono::steady_clock::now() + kMaxTime;
     const auto library_path = search_list(ld_library_path, "");
     std::optional<std::vector<std::string>> system;   // read once, when a library needs it
-    std::set<std::string> seen;
-    std::deque<std::string> queue{*exe};
-    while (!queue.empty() && out.files.size() < kMaxFiles) {
-      std::error_code ec;
-      const std::string file = fs::weakly_canonical(queue.front(), ec).string();
+    struct Item {
+      std::string path;
+      std::vector<std::string> loader_rpath;   // DT_RPATH of the objects that led here, nearest first
+    };
+    std::set<std::string> seen;        // canonical paths read
+    std::set<std::string> named;       // names already looked up: ld.so loads a name once
+    std::deque<Item> queue{{*exe, {}}};
+    for (bool first = true; !queue.empty() && out.files.size() < kMaxFiles && out.bytes < kMaxBytes &&
+                            std::chrono::steady_clock::now() < deadline;
+         first = false) {
+      Item item = std::move(queue.front());
       queue.pop_front();
+      std::error_code ec;
+      const std::string file = fs::weakly_canonical(item.path, ec).string();
       if (ec || !seen.insert(file).second) continue;
       Fd f(file);
-      struct stat st{};
-      if (f.fd < 0 || ::fstat(f.fd, &st) != 0 || !S_ISREG(st.st_mode)) continue;
-      const auto size = std::uint64_t(st.st_size);
-      ::readahead(f.fd, 0, size);   // whole, in order: what follows reads from the cache
+      if (f.fd < 0 || (!first && !is_elf64(f))) continue;   // the program itself may be a script
+      ::readahead(f.fd, 0, f.size);   // whole, in order: what follows reads from the cache
       out.files.push_back(file);
-      out.bytes += size;
-      const auto dynamic = read_dynamic(f.fd, size, fs::path(file).parent_path().string());
+      out.bytes += f.size;
+      const auto dynamic = read_dynamic(f.fd, f.size, fs::path(file).parent_path().string());
       if (!dynamic) continue;
-      if (!dynamic->interpreter.empty()) queue.push_back(dynamic->interpreter);
+      if (first && !dynamic->interpreter.empty() && dynamic->interpreter.front() == '/') {
+        queue.push_back({dynamic->interpreter, {}});
+      }
+      // The loader's order: without DT_RUNPATH, the DT_RPATH of this object and of those that
+      // loaded it, up to the program; LD_LIBRARY_PATH; DT_RUNPATH; the system's directories
+      // (ld.so.cache holds what ld.so.conf's directories hold).
+      std::vector<std::string> rpath = dynamic->rpath;
+      for (const auto& d : item.loader_rpath) {
+        if (rpath.size() < kMaxDirs) rpath.push_back(d);
+      }
+      std::vector<std::string> dirs;
+      if (dynamic->runpath.empty()) dirs = rpath;
+      dirs.insert(dirs.end(), library_path.begin(), library_path.end());
+      dirs.insert(dirs.end(), dynamic->runpath.begin(), dynamic->runpath.end());
       for (const auto& name : dynamic->needed) {
+        if (queue.size() >= 4 * kMaxFiles) break;
         if (name.find('/') != std::string::npos) {
-          queue.push_back(name);
+          if (name.front() == '/') queue.push_back({name, rpath});
           continue;
         }
-        // The loader's order: DT_RPATH (when there is no DT_RUNPATH), LD_LIBRARY_PATH, DT_RUNPATH,
-        // then the system's directories (ld.so.cache holds what ld.so.conf's directories hold).
-        std::vector<std::string> dirs;
-        if (dynamic->runpath.empty()) dirs = dynamic->rpath;
-        dirs.insert(dirs.end(), library_path.begin(), library_path.end());
-        dirs.insert(dirs.end(), dynamic->runpath.begin(), dynamic->runpath.end());
+        if (!named.insert(name).second) continue;
         auto found = find_in(name, dirs);
         if (!found) {
           if (!system) system = system_dirs();
           found = find_in(name, *system);
         }
-        if (found) queue.push_back(*found);
+        if (found) queue.push_back({*found, rpath});
       }
     }
   } catch (const std::exception&) {   // best effort: what was read ahead stays read

@@ -2,7 +2,17 @@
 // (a job's binary is the user's bytes) makes it fail.
 #include <doctest/doctest.h>
 
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdio>
+#include <algorithm>
+#include <cstdlib>
+#include <functional>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -26,7 +36,7 @@ std::string canonical(const std::string& p) {
 // What ld.so itself loads for `exe` (LD_TRACE_LOADED_OBJECTS: it lists them and runs nothing).
 std::set<std::string> loader_files(const std::string& exe) {
   std::set<std::string> out;
-  FILE* p = ::popen(("LD_TRACE_LOADED_OBJECTS=1 '" + exe + "'").c_str(), "r");
+  FILE* p = ::popen(("env -u LD_PRELOAD LD_TRACE_LOADED_OBJECTS=1 '" + exe + "'").c_str(), "r");
   REQUIRE(p != nullptr);
   char line[4096];
   while (std::fgets(line, sizeof line, p) != nullptr) {
@@ -47,11 +57,34 @@ std::string bytes_of(const std::string& path) {
 
 void write(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
 
+std::string env(const char* key) {
+  const char* v = std::getenv(key);
+  return v ? v : "";
+}
+
+// Whether f() returns true within `limit`, run in a child process (a hang or a blow-up there
+// fails the check instead of the test run).
+bool holds_within(const std::function<bool()>& f, std::chrono::seconds limit) {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(f() ? 0 : 1);
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  int status = 0;
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 }  // namespace
 
 TEST_CASE("prefetch_program reads ahead a program's binary and exactly the libraries the loader loads") {
   const std::string exe = canonical(fs::read_symlink("/proc/self/exe").string());
-  const auto got = prefetch_program(exe);
+  const auto got = prefetch_program(exe, env("LD_LIBRARY_PATH"));
   REQUIRE(!got.files.empty());
   CHECK(got.files.front() == exe);
   std::set<std::string> libraries(got.files.begin() + 1, got.files.end());
@@ -86,18 +119,50 @@ TEST_CASE("prefetch_program reads a file that is no ELF, a cut one or a corrupte
     got = prefetch_program(cut);
     CHECK(got.files.size() == 1);
   }
-  // Flipped bytes in the headers and the dynamic section's neighbourhood: whatever the walk finds
-  // (a library still named right), it ends, and it names no file twice.
+  // A small program, whole, with flipped bytes (its headers, dynamic section and string table
+  // among them): whatever the walk finds, it ends and names no file twice.
+  const std::string small = bytes_of("/bin/true");
+  REQUIRE(small.size() > 1024);
   std::mt19937 rng(7);
   const std::string bad = dir.path + "/bad";
-  const std::size_t span = std::min<std::size_t>(exe.size(), 64u << 10);
-  for (int round = 0; round < 200; ++round) {
-    std::string b = exe.substr(0, span);
-    for (int k = 0; k < 8; ++k) b[rng() % (round % 2 == 0 ? 128 : span)] = char(rng());
+  for (int round = 0; round < 1000; ++round) {
+    std::string b = small;
+    for (int k = 0; k < 4; ++k) b[rng() % (round % 4 == 0 ? 64 : b.size())] = char(rng());
     write(bad, b);
     got = prefetch_program(bad, dir.path);
     REQUIRE(!got.files.empty());
     CHECK(got.files.front() == canonical(bad));
     CHECK(std::set<std::string>(got.files.begin(), got.files.end()).size() == got.files.size());
   }
+}
+
+TEST_CASE("prefetch_program opens no FIFO, expands $ORIGIN once, and ends on a program in a directory named $ORIGIN") {
+  test_support::TempDir dir("troupe-prefetch");
+  const std::string fifo = dir.path + "/fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK(holds_within([&] { return prefetch_program(fifo).files.empty(); }, std::chrono::seconds(20)));
+
+  // This test program with its RUNPATH (the build's lib directory) rewritten to "$ORIGIN", copied
+  // into a directory named "$ORIGIN" that holds a FIFO under the name of its first library.
+  const std::string exe = canonical(fs::read_symlink("/proc/self/exe").string());
+  std::string bytes = bytes_of(exe);
+  const std::string runpath = (fs::path(exe).parent_path().parent_path() / "lib").string();
+  const auto at = bytes.find(runpath + '\0');
+  if (at == std::string::npos) {
+    MESSAGE("skipped: this build's RUNPATH is not " << runpath);
+    return;
+  }
+  bytes.replace(at, runpath.size(), std::string("$ORIGIN") + std::string(runpath.size() - 7, '\0'));
+  const fs::path origin = fs::path(dir.path) / "$ORIGIN";
+  fs::create_directories(origin);
+  write((origin / "program").string(), bytes);
+  REQUIRE(::mkfifo((origin / "libtroupe_control.so.0.1").c_str(), 0600) == 0);
+  CHECK(holds_within(
+      [&] {   // the program itself, then libraries found elsewhere (the FIFO is passed over)
+        const auto got = prefetch_program((origin / "program").string());
+        if (got.files.empty() || got.files.front() != canonical((origin / "program").string())) return false;
+        return std::none_of(got.files.begin() + 1, got.files.end(),
+                            [](const std::string& f) { return f.find("$ORIGIN") != std::string::npos; });
+      },
+      std::chrono::seconds(20)));
 }
