@@ -31,6 +31,7 @@ constexpr std::uint16_t kMaxHeaders = 512;          // program headers of one fi
 constexpr std::uint64_t kMaxDynamic = 64u << 10;    // bytes of its dynamic section
 constexpr std::size_t kMaxNeeded = 256;             // libraries one object names
 constexpr std::size_t kMaxDirs = 64;                // directories one object's search looks in
+constexpr std::size_t kMaxPathEntries = 8;          // DT_RPATH or DT_RUNPATH entries of one object
 constexpr std::size_t kMaxName = 4096;              // bytes of one name or directory
 constexpr std::uint64_t kMaxBytes = 8ull << 30;     // read ahead in all
 constexpr auto kMaxTime = std::chrono::seconds(10);  // then the program starts as it would have
@@ -78,8 +79,7 @@ struct Dynamic {
 };
 
 // "a:b:c" -> {"a", "b", "c"}, $ORIGIN (and ${ORIGIN}) replaced by `origin`; entries naming other
-// loader variables ($LIB, $PLATFORM) are left out.
-// At most kMaxDirs, each under kMaxName bytes.
+// loader variables ($LIB, $PLATFORM) are left out. At most kMaxDirs, each under kMaxName bytes.
 std::vector<std::string> search_list(const std::string& value, const std::string& origin) {
   std::vector<std::string> out;
   std::stringstream in(value);
@@ -115,7 +115,8 @@ std::optional<Dynamic> read_dynamic(int fd, std::uint64_t size, const std::strin
   const Elf64_Phdr* dyn = nullptr;
   for (const auto& h : ph) {
     if (h.p_type == PT_DYNAMIC) dyn = &h;
-    if (h.p_type == PT_INTERP && h.p_filesz > 1 && h.p_filesz < 4096) {
+    // The first PT_INTERP, as the kernel takes it.
+    if (h.p_type == PT_INTERP && d.interpreter.empty() && h.p_filesz > 1 && h.p_filesz < 4096) {
       std::string interp(h.p_filesz, '\0');
       if (read_at(fd, interp.data(), interp.size(), h.p_offset, size)) d.interpreter = interp.c_str();
     }
@@ -134,8 +135,12 @@ std::optional<Dynamic> read_dynamic(int fd, std::uint64_t size, const std::strin
       case DT_NEEDED:
         if (needed.size() < kMaxNeeded) needed.push_back(e.d_un.d_val);
         break;
-      case DT_RPATH: rpath.push_back(e.d_un.d_val); break;
-      case DT_RUNPATH: runpath.push_back(e.d_un.d_val); break;
+      case DT_RPATH:
+        if (rpath.size() < kMaxPathEntries) rpath.push_back(e.d_un.d_val);
+        break;
+      case DT_RUNPATH:
+        if (runpath.size() < kMaxPathEntries) runpath.push_back(e.d_un.d_val);
+        break;
       default: break;
     }
   }
