@@ -79,14 +79,17 @@ TEST_CASE("GRPO in worker processes takes the same steps as in-process") {
 
 // The sizes of a short run whose steps take long enough for nodes to join and die during it (150
 // steps were too few under ctest -j2 once: the run ended before the second member served).
-const std::vector<std::string> kElasticRun{"--steps", "300", "--sft-steps", "100", "--heldout-size", "100", "--train-size", "400",
+// 600 steps: the job must outlast two daemons starting, each fetching and unpacking its package,
+// and a worker's start: up to ~35 s on a 2-vCPU VM whose disk was busy (2026-12-03), while 300
+// steps took 20-30 s, so the group sometimes never reached 3 engines before the job ended.
+const std::vector<std::string> kElasticRun{"--steps", "600", "--sft-steps", "100", "--heldout-size", "100", "--train-size", "400",
                                            "--prompts", "16", "--eval-every", "25", "--kl", "0.04"};
 
 TEST_CASE("GRPO draws the same samples on 1 rollout engine, on 3, and on an elastic group that goes 1 -> 3 -> 2 mid-run") {
   test_support::TempDir dir("troupe-grpo-elastic");
   const std::string& root = dir.path;
   auto one = run_grpo(root + "/one", false, kElasticRun);
-  REQUIRE(one.size() == 300);
+  REQUIRE(one.size() == 600);
   CHECK(one.back()["rollout_engines"] == 1);
 
   // Engine 0 in this process and two more in worker processes of the embedded node.
