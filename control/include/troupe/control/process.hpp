@@ -59,8 +59,9 @@ struct Prefetched {
 // disk serves small random reads slowly (2026-12-03: ~80 ms a fault while it was busy), a libtorch
 // program's cold start took 28 s (~330 page faults); reading its 516 MB of libraries ahead took
 // 4.4 s, and the start then 0.5 s. The libraries are found from the files alone, as the dynamic
-// loader finds them (DT_NEEDED; the needing object's DT_RPATH or DT_RUNPATH, $ORIGIN expanded;
-// `ld_library_path`; /etc/ld.so.conf's directories; the default ones): nothing runs, and nothing
+// loader finds them (DT_NEEDED; without DT_RUNPATH, the DT_RPATH of the needing object and of
+// those that loaded it; `ld_library_path`; DT_RUNPATH; $ORIGIN expanded; /etc/ld.so.conf's
+// directories; the default ones; a name loaded once): nothing runs, and nothing
 // but regular files is opened. Best effort: a file that cannot be read, or is no 64-bit ELF, ends
 // its branch; never throws; bounded (1,024 files, 8 GiB, 10 s; 256 names and 64 directories an
 // object). A `binary` without '/' is looked up in `path` (a PATH value).
