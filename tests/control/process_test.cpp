@@ -20,6 +20,7 @@
 #include <string>
 #include <thread>
 
+#include "support/skip.hpp"
 #include "support/temp_dir.hpp"
 #include "troupe/control/process.hpp"
 
@@ -136,22 +137,22 @@ TEST_CASE("prefetch_program reads a file that is no ELF, a cut one or a corrupte
   }
 }
 
-TEST_CASE("prefetch_program opens no FIFO, expands $ORIGIN once, and ends on a program in a directory named $ORIGIN") {
+TEST_CASE("prefetch_program opens no FIFO named as the program") {
   test_support::TempDir dir("troupe-prefetch");
   const std::string fifo = dir.path + "/fifo";
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
   CHECK(holds_within([&] { return prefetch_program(fifo).files.empty(); }, std::chrono::seconds(20)));
+}
 
+TEST_CASE("prefetch_program expands $ORIGIN once and passes over a FIFO named as a library, in a directory named $ORIGIN") {
+  test_support::TempDir dir("troupe-prefetch");
   // This test program with its RUNPATH (the build's lib directory) rewritten to "$ORIGIN", copied
   // into a directory named "$ORIGIN" that holds a FIFO under the name of its first library.
   const std::string exe = canonical(fs::read_symlink("/proc/self/exe").string());
   std::string bytes = bytes_of(exe);
   const std::string runpath = (fs::path(exe).parent_path().parent_path() / "lib").string();
   const auto at = bytes.find(runpath + '\0');
-  if (at == std::string::npos) {
-    MESSAGE("skipped: this build's RUNPATH is not " << runpath);
-    return;
-  }
+  if (at == std::string::npos) TROUPE_SKIP("this build's RUNPATH is not " + runpath);
   bytes.replace(at, runpath.size(), std::string("$ORIGIN") + std::string(runpath.size() - 7, '\0'));
   const fs::path origin = fs::path(dir.path) / "$ORIGIN";
   fs::create_directories(origin);
