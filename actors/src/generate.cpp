@@ -66,6 +66,20 @@ at::Tensor next_logits(const Model& policy, const Layout& l, std::int64_t width,
   return logits.select(1, 0);
 }
 
+// The first logits [N, V] of a batch whose rows are each prompt `samples` times, the cache filled
+// with the prompts: prefilled once per prompt and repeated into every sample's rows, since a
+// prompt's samples share its prefix. Undefined (the cache untouched) when the model's cache cannot
+// take repeated rows.
+at::Tensor shared_prefill(const Model& policy, const std::vector<std::vector<std::int32_t>>& prompts, std::int32_t samples,
+                          const Layout& l, std::int64_t max_new, DecodeCache& cache) {
+  const Layout once = lay_out(prompts, 1, max_new, l.prompt_len, policy.config());
+  auto prefix = policy.make_cache(once.rows, l.prompt_len);
+  if (prefix == nullptr) return {};
+  auto logits = next_logits(policy, once, l.prompt_len, prefix.get(), true);
+  if (!cache.repeat_rows(*prefix, samples, l.prompt_len)) return {};
+  return logits.repeat_interleave(samples, 0);
+}
+
 }  // namespace
 
 namespace {
@@ -139,7 +153,10 @@ Generation generate(const Model& policy, const std::vector<std::vector<std::int3
   auto done = at::zeros({l.rows}, at::kBool);
   std::int64_t width = p;
   for (std::int64_t s = 0; s < params.max_new_tokens; ++s) {
-    auto logits = next_logits(policy, l, width, cache.get(), s == 0);
+    at::Tensor logits;
+    if (s == 0 && cache != nullptr && samples_per_prompt > 1)
+      logits = shared_prefill(policy, prompts, samples_per_prompt, l, params.max_new_tokens, *cache);
+    if (!logits.defined()) logits = next_logits(policy, l, width, cache.get(), s == 0);
     at::Tensor lp;
     if (params.temperature > 0.0f) {
       auto u = uniforms.accessor<double, 1>();

@@ -38,6 +38,21 @@ KvCache::KvCache(const PolicyConfig& c, std::int64_t batch, std::int64_t max_len
   }
 }
 
+bool KvCache::repeat_rows(const DecodeCache& prefix, std::int64_t repeats, std::int64_t length) {
+  const auto* from = dynamic_cast<const KvCache*>(&prefix);
+  if (from == nullptr) return false;
+  if (from->keys_.size() != keys_.size() || keys_.empty() || repeats < 1 || length < 0 || length > max_len_ ||
+      length > from->max_len_ || from->keys_[0].size(0) * repeats != keys_[0].size(0) ||
+      from->keys_[0].size(1) != keys_[0].size(1) || from->keys_[0].size(3) != keys_[0].size(3)) {
+    throw std::invalid_argument("KvCache::repeat_rows: a prefix of other sizes");
+  }
+  for (std::size_t l = 0; l < keys_.size(); ++l) {
+    keys_[l].narrow(2, 0, length).copy_(from->keys_[l].narrow(2, 0, length).repeat_interleave(repeats, 0));
+    values_[l].narrow(2, 0, length).copy_(from->values_[l].narrow(2, 0, length).repeat_interleave(repeats, 0));
+  }
+  return true;
+}
+
 Policy::Policy(const PolicyConfig& config) : Model(config) {
   check_config(config_);
   if (config_.d_ff == 0) config_.d_ff = 4 * config_.d_model;

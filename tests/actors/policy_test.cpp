@@ -51,6 +51,27 @@ TEST_CASE("KV-cache generation equals no-cache generation token for token") {
   }
 }
 
+TEST_CASE("a prompt's samples share one prefill: the KV cache repeats its rows, as if each row were prefilled") {
+  Policy policy(config(7));
+  const std::int64_t width = 4, max_len = 8, repeats = 3;
+  auto tokens = at::tensor(std::vector<std::int64_t>{0, 3, 4, 5, 2, 9, 8, 7}).view({2, width});
+  auto mask = at::tensor(std::vector<std::int64_t>{0, 1, 1, 1, 1, 1, 1, 1}).view({2, width}).to(at::kBool);
+  at::NoGradGuard no_grad;
+  KvCache once(policy.config(), 2, max_len), every(policy.config(), 2 * repeats, max_len), shared(policy.config(), 2 * repeats, max_len);
+  auto first = policy.forward(tokens, positions_from_mask(mask), mask, &once, 0);
+  auto rows = tokens.repeat_interleave(repeats, 0), rows_mask = mask.repeat_interleave(repeats, 0);
+  auto all = policy.forward(rows, positions_from_mask(rows_mask), rows_mask, &every, 0);
+  REQUIRE(shared.repeat_rows(once, repeats, width));
+  CHECK(at::allclose(first.repeat_interleave(repeats, 0), all, 1e-5, 1e-5));
+  for (std::size_t l = 0; l < 2; ++l) {
+    CHECK(at::allclose(shared.keys(l).narrow(2, 0, width), every.keys(l).narrow(2, 0, width), 1e-5, 1e-5));
+    CHECK(at::allclose(shared.values(l).narrow(2, 0, width), every.values(l).narrow(2, 0, width), 1e-5, 1e-5));
+  }
+  KvCache wrong(policy.config(), 5, max_len);
+  CHECK_THROWS_AS(wrong.repeat_rows(once, repeats, width), std::invalid_argument);
+  CHECK_THROWS_AS(shared.repeat_rows(once, repeats, max_len + 1), std::invalid_argument);
+}
+
 TEST_CASE("left padding does not change a prompt's continuation") {
   Policy policy(config(9));
   SamplingParams greedy{0.0f, 1.0f, 8, -1, 0};

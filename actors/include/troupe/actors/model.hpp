@@ -30,6 +30,11 @@ using NamedParameters = std::vector<std::pair<std::string, at::Tensor>>;
 class DecodeCache {
  public:
   virtual ~DecodeCache() = default;
+  // Fills this cache's first `length` positions from `prefix` (a cache of the same model, already
+  // filled that far), each of its rows repeated `repeats` times in a row: row r takes prefix row
+  // r / repeats. A prompt's samples then share one prefill (generate()). Returns false, changing
+  // nothing, when this cache cannot (the default); generate() then prefills every row itself.
+  virtual bool repeat_rows(const DecodeCache& prefix, std::int64_t repeats, std::int64_t length);
 };
 
 class Model {

@@ -25,6 +25,9 @@ class KvCache final : public DecodeCache {
   at::Tensor& keys(std::size_t layer) { return keys_[layer]; }       // [B, H, max_len, Dh]
   at::Tensor& values(std::size_t layer) { return values_[layer]; }   // [B, H, max_len, Dh]
   std::int64_t max_len() const { return max_len_; }
+  // Throws std::invalid_argument when prefix is a KvCache of other sizes (rows * repeats, heads,
+  // layers) or too short; false when it is not a KvCache.
+  bool repeat_rows(const DecodeCache& prefix, std::int64_t repeats, std::int64_t length) override;
 
  private:
   std::vector<at::Tensor> keys_, values_;
