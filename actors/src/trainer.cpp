@@ -67,6 +67,11 @@ TrainMetrics Trainer::train_step(TrainBatch batch) {
   if (n % group != 0) {
     throw std::invalid_argument("train_step: " + std::to_string(n) + " rows are not whole groups of " + std::to_string(group));
   }
+  if (batch.loss_rows != 0 && batch.loss_rows < n) {
+    throw std::invalid_argument("train_step: loss_rows " + std::to_string(batch.loss_rows) + " is fewer than the batch's " +
+                                std::to_string(n) + " rows");
+  }
+  const double loss_rows = double(batch.loss_rows > 0 ? batch.loss_rows : n);
   const std::int64_t groups = n / group;
   const std::int64_t parts = std::clamp<std::int64_t>(batch.micro_batches, 1, std::max<std::int64_t>(1, groups));
   const std::int64_t chunk = (groups + parts - 1) / parts * group;   // whole groups in every part
@@ -74,7 +79,7 @@ TrainMetrics Trainer::train_step(TrainBatch batch) {
   impl_->optimizer.zero_grad();
   for (std::int64_t begin = 0; begin < n; begin += chunk) {
     const std::int64_t rows = std::min(chunk, n - begin);
-    const double weight = double(rows) / double(n);
+    const double weight = double(rows) / loss_rows;
     ObjectiveInput in = slice_input(batch, inputs, begin, rows);
     at::Tensor entropy;
     const auto part = tokens.narrow(0, begin, rows), part_attn = attn.narrow(0, begin, rows);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 
@@ -159,26 +160,40 @@ std::vector<PreferencePair> reward_model_pairs(const std::vector<Problem>& probl
 
 namespace {
 
-TensorView row_copy(const TensorView& v, std::int64_t begin, std::int64_t n) {
-  if (v.shape.empty() || begin < 0 || n < 0 || begin + n > v.shape[0] || !v.is_contiguous())
-    throw std::invalid_argument("rows_of: rows out of range, or a tensor that is not contiguous");
+// Rows `rows` of v, in that order, into a fresh contiguous tensor.
+TensorView row_copy(const TensorView& v, const std::vector<std::int64_t>& rows, const char* who) {
+  if (v.shape.empty() || !v.is_contiguous()) throw std::invalid_argument(std::string(who) + ": a tensor that is not contiguous");
   auto shape = v.shape;
-  shape[0] = n;
+  shape[0] = std::int64_t(rows.size());
   TensorView out = TensorView::empty(v.dtype, shape);
   const std::size_t row = v.shape[0] == 0 ? 0 : v.nbytes() / std::size_t(v.shape[0]);
-  if (row * std::size_t(n) > 0) std::memcpy(out.data, static_cast<const char*>(v.data) + row * std::size_t(begin), row * std::size_t(n));
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] < 0 || rows[i] >= v.shape[0]) throw std::invalid_argument(std::string(who) + ": rows out of range");
+    if (row > 0) std::memcpy(out.data_as<char>() + row * i, static_cast<const char*>(v.data) + row * std::size_t(rows[i]), row);
+  }
   return out;
+}
+
+actors::TrainBatch copy_rows(const actors::TrainBatch& batch, const std::vector<std::int64_t>& rows, const char* who) {
+  actors::TrainBatch b = batch;
+  b.tokens = row_copy(batch.tokens, rows, who);
+  b.attn_mask = row_copy(batch.attn_mask, rows, who);
+  b.loss_mask = row_copy(batch.loss_mask, rows, who);
+  for (auto& [k, v] : b.inputs) v = row_copy(batch.inputs.at(k), rows, who);
+  return b;
 }
 
 }  // namespace
 
 actors::TrainBatch rows_of(const actors::TrainBatch& batch, std::int64_t begin, std::int64_t n) {
-  actors::TrainBatch b = batch;
-  b.tokens = row_copy(batch.tokens, begin, n);
-  b.attn_mask = row_copy(batch.attn_mask, begin, n);
-  b.loss_mask = row_copy(batch.loss_mask, begin, n);
-  for (auto& [k, v] : b.inputs) v = row_copy(batch.inputs.at(k), begin, n);
-  return b;
+  if (begin < 0 || n < 0) throw std::invalid_argument("rows_of: rows out of range");
+  std::vector<std::int64_t> rows(static_cast<std::size_t>(n));
+  std::iota(rows.begin(), rows.end(), begin);
+  return copy_rows(batch, rows, "rows_of");
+}
+
+actors::TrainBatch select_rows(const actors::TrainBatch& batch, const std::vector<std::int64_t>& rows) {
+  return copy_rows(batch, rows, "select_rows");
 }
 
 actors::TrainBatch reward_model_batch(const std::vector<PreferencePair>& pairs, const actors::Tokenizer& tokenizer,

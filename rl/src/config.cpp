@@ -293,6 +293,7 @@ ConfigSchema run_config_schema(RunConfig& c) {
   s.add("algo.kl_coef", &c.algo.kl_coef, "KL coefficient (beta)");
   s.add("algo.updates_per_batch", &c.algo.updates_per_batch, "optimizer steps per batch of samples (mu)");
   s.add("algo.micro_batches", &c.algo.micro_batches, "gradient accumulation parts");
+  s.add("algo.skip_zero_advantage", &c.algo.skip_zero_advantage, "GRPO with kl_coef 0: leave groups whose advantages are all 0 out of the update (no gradient: the same update, less work)");
   s.add("run.seed", &c.run.seed, "run seed: data order, sampling and initial weights");
   s.add("run.eval_every", &c.run.eval_every, "held-out evaluation period in steps; 0: at the start and the end");
   s.add("run.checkpoint_every", &c.run.checkpoint_every, "checkpoint period in steps; 0: at the end");

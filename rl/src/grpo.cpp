@@ -25,7 +25,27 @@ actors::TrainBatch grpo_batch(const actors::RolloutBatch& samples, const TensorV
   b.temperature = config.algo.temperature;
   b.micro_batches = config.algo.micro_batches;
   b.row_group = config.algo.group_size;   // a prompt's samples stay in one micro-batch
-  return b;
+  if (!config.algo.skip_zero_advantage || config.algo.kl_coef != 0 || b.objective != "grpo") return b;
+  // With no KL term the clipped surrogate of a sample whose advantage is 0 is 0 whatever the
+  // policy: a group that scored all alike (all right, all wrong) adds nothing to the gradient. The
+  // update leaves such groups out, and loss_rows keeps the mean over every row: the same step, with
+  // the forward and backward passes of the groups that carry a gradient only.
+  const auto g = std::size_t(std::max(1, config.algo.group_size));
+  if (advantages.size() % g != 0) return b;   // not whole groups: the trainer refuses the batch as it is
+  std::vector<std::int64_t> rows;
+  for (std::size_t first = 0; first + g <= advantages.size(); first += g) {
+    if (std::any_of(advantages.begin() + std::ptrdiff_t(first), advantages.begin() + std::ptrdiff_t(first + g),
+                    [](float a) { return a != 0.0f; })) {
+      for (std::size_t r = first; r < first + g; ++r) rows.push_back(std::int64_t(r));
+    }
+  }
+  if (rows.size() == advantages.size()) return b;
+  if (rows.empty()) {   // no gradient at all: one group stands for the batch (a zero gradient, the optimizer still steps)
+    for (std::size_t r = 0; r < std::min(g, advantages.size()); ++r) rows.push_back(std::int64_t(r));
+  }
+  actors::TrainBatch kept = select_rows(b, rows);
+  kept.loss_rows = std::int64_t(advantages.size());
+  return kept;
 }
 
 namespace {
@@ -51,7 +71,9 @@ class Grpo final : public Algorithm {
     clock.lap(&StepTimes::train);
     run.sync_weights();                                                 // pi_old <- pi_theta
     clock.lap(&StepTimes::sync);
-    return run.record(samples, rewards, m, clock);
+    StepRecord rec = run.record(samples, rewards, m, clock);
+    rec.values["update_rows"] = double(batch.tokens.shape.empty() ? 0 : batch.tokens.shape[0]);   // the groups with a gradient
+    return rec;
   }
 };
 

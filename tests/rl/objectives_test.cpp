@@ -10,7 +10,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+
+#include "troupe/actors/trainer.hpp"
 #include "troupe/rl/advantages.hpp"
+#include "troupe/rl/algorithms.hpp"
 #include "troupe/rl/objectives.hpp"
 
 using namespace troupe::rl;
@@ -263,4 +267,106 @@ TEST_CASE("the clipped value loss matches hand-computed values and gradients") {
   // Without clipping: 0.5 * (0.25 + 1) / 2 = 0.3125.
   CHECK(clipped_value_loss(v, old, ret, mask, 0.0).loss.item<float>() == doctest::Approx(0.3125).epsilon(1e-5));
   CHECK_THROWS_AS(clipped_value_loss(v, old, t2({1.0f, 2.0f}, 1), mask, 0.2), std::invalid_argument);
+}
+
+namespace {
+
+// Four groups of two samples, rows "1 2 | 3 4 5" (prompt | response), tokens varying by row.
+troupe::actors::RolloutBatch two_sample_groups() {
+  troupe::actors::RolloutBatch s;
+  const std::int64_t n = 8, t = 5;
+  s.tokens = troupe::TensorView::empty(troupe::DType::I64, {n, t});
+  s.attn_mask = troupe::TensorView::empty(troupe::DType::Bool, {n, t});
+  s.response_mask = troupe::TensorView::empty(troupe::DType::Bool, {n, t});
+  s.logprobs = troupe::TensorView::empty(troupe::DType::F32, {n, t});
+  for (std::int64_t r = 0; r < n; ++r) {
+    for (std::int64_t c = 0; c < t; ++c) {
+      s.tokens.data_as<std::int64_t>()[r * t + c] = 1 + (c * 3 + r) % 7;
+      s.attn_mask.data_as<bool>()[r * t + c] = true;
+      s.response_mask.data_as<bool>()[r * t + c] = c >= 2;
+    }
+  }
+  s.prompt_len = 2;
+  return s;
+}
+
+float max_weight_difference(troupe::actors::Trainer& a, troupe::actors::Trainer& b) {
+  const auto wa = a.weights(), wb = b.weights();
+  REQUIRE(wa.names == wb.names);
+  float worst = 0;
+  for (std::size_t i = 0; i < wa.tensors.size(); ++i) {
+    for (std::int64_t k = 0; k < wa.tensors[i].numel(); ++k)
+      worst = std::max(worst, std::abs(wa.tensors[i].data_as<float>()[k] - wb.tensors[i].data_as<float>()[k]));
+  }
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("GRPO's update leaves out the groups whose advantages are all 0 (beta 0), and takes the same step") {
+  using namespace troupe::actors;
+  register_grpo_objective();
+  const auto samples = two_sample_groups();
+  RunConfig c;
+  c.algo.group_size = 2;
+  c.algo.kl_coef = 0;
+  c.algo.optim.lr = 1e-2;
+  const std::vector<float> advantages = {1.0f, -1.0f, 0.0f, 0.0f, 0.5f, -0.5f, 0.0f, 0.0f};
+  PolicyConfig policy;
+  policy.vocab_size = 8;
+  policy.context = 8;
+  policy.layers = 1;
+  policy.d_model = 16;
+  policy.heads = 2;
+  policy.seed = 5;
+
+  SUBCASE("groups 1 and 3 (all 0) are left out; loss_rows keeps the mean over all 8 rows") {
+    const auto skipped = grpo_batch(samples, troupe::TensorView{}, advantages, c);
+    REQUIRE(skipped.tokens.shape == std::vector<std::int64_t>{4, 5});
+    CHECK(skipped.loss_rows == 8);
+    const std::int64_t kept[] = {0, 1, 4, 5};
+    for (std::int64_t i = 0; i < 4; ++i) {
+      for (std::int64_t col = 0; col < 5; ++col)
+        CHECK(skipped.tokens.data_as<std::int64_t>()[i * 5 + col] == samples.tokens.data_as<std::int64_t>()[kept[i] * 5 + col]);
+      CHECK(skipped.inputs.at("advantages").data_as<float>()[i] == advantages[std::size_t(kept[i])]);
+    }
+    c.algo.skip_zero_advantage = false;
+    const auto full = grpo_batch(samples, troupe::TensorView{}, advantages, c);
+    CHECK(full.tokens.shape[0] == 8);
+    CHECK(full.loss_rows == 0);
+
+    // One AdamW step on each: the same weights and the same loss.
+    Trainer a(TrainerConfig{policy, c.algo.optim, 1}), b(TrainerConfig{policy, c.algo.optim, 1});
+    const auto ma = a.train_step(full), mb = b.train_step(skipped);
+    CHECK(mb.loss == doctest::Approx(ma.loss).epsilon(1e-6));
+    CHECK(mb.grad_norm == doctest::Approx(ma.grad_norm).epsilon(1e-5));
+    CHECK(ma.grad_norm > 0);
+    CHECK(max_weight_difference(a, b) < 1e-6f);
+  }
+  SUBCASE("with a KL term every row has a gradient: nothing is left out") {
+    c.algo.kl_coef = 0.04;
+    auto ref = troupe::TensorView::empty(troupe::DType::F32, {8, 5});
+    CHECK(grpo_batch(samples, ref, advantages, c).tokens.shape[0] == 8);
+  }
+  SUBCASE("a program's own objective gets every row") {
+    c.algo.objective = "test_marked_grpo";
+    CHECK(grpo_batch(samples, troupe::TensorView{}, advantages, c).tokens.shape[0] == 8);
+  }
+  SUBCASE("no group with a gradient: one group stands for the batch, and the step is the whole batch's") {
+    const std::vector<float> zeros(8, 0.0f);
+    const auto one = grpo_batch(samples, troupe::TensorView{}, zeros, c);
+    CHECK(one.tokens.shape[0] == 2);
+    CHECK(one.loss_rows == 8);
+    c.algo.skip_zero_advantage = false;
+    Trainer a(TrainerConfig{policy, c.algo.optim, 1}), b(TrainerConfig{policy, c.algo.optim, 1});
+    a.train_step(grpo_batch(samples, troupe::TensorView{}, zeros, c));
+    b.train_step(one);
+    CHECK(max_weight_difference(a, b) == 0.0f);
+  }
+  SUBCASE("the trainer refuses loss_rows fewer than the batch's rows") {
+    auto batch = grpo_batch(samples, troupe::TensorView{}, advantages, c);
+    batch.loss_rows = 3;
+    Trainer a(TrainerConfig{policy, c.algo.optim, 1});
+    CHECK_THROWS_AS(a.train_step(batch), std::invalid_argument);
+  }
 }

@@ -89,7 +89,12 @@ struct TrainBatch {
   // Rows travel in groups of this many that no micro-batch splits: a preference pair (2), a GRPO
   // group (G). N must be a multiple of it; a part then holds a whole number of groups.
   std::int32_t row_group = 1;
-  MSGPACK_DEFINE(objective, tokens, attn_mask, loss_mask, inputs, options, temperature, micro_batches, row_group);
+  // The rows the loss averages over; 0: N. More than N when rows that carry no gradient were left
+  // out of the batch (rl::grpo_batch: zero-advantage groups): each part's loss is weighted by its
+  // rows over loss_rows, so the gradient is the whole batch's.
+  std::int64_t loss_rows = 0;
+  MSGPACK_DEFINE(objective, tokens, attn_mask, loss_mask, inputs, options, temperature, micro_batches, row_group,
+                 loss_rows);
 };
 
 struct TrainMetrics {

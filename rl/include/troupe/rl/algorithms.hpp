@@ -17,7 +17,9 @@ namespace troupe::rl {
 // run with kl_coef 0 asks no reference) and advantages [N] (one per row), and
 // old_logp (the sampler's) when there are several updates per batch (mu > 1); with one, the update
 // is on-policy and its math does not depend on which engines sampled (grpo_objective). Objective
-// config.objective with clip_eps and kl_coef; a prompt's G samples stay in one micro-batch.
+// config.objective with clip_eps and kl_coef; a prompt's G samples stay in one micro-batch. With
+// config.algo.skip_zero_advantage, kl_coef 0 and the "grpo" objective, the groups whose advantages
+// are all 0 (no gradient) are left out and loss_rows is N: the same update, computed on fewer rows.
 actors::TrainBatch grpo_batch(const actors::RolloutBatch& samples, const TensorView& ref_logp,
                               const std::vector<float>& advantages, const RunConfig& config);
 

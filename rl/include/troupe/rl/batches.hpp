@@ -41,6 +41,8 @@ actors::TrainBatch dpo_batch(const actors::RolloutBatch& rollout, const TensorVi
 
 // Rows [begin, begin + n) of a batch: every [N, ...] tensor (tokens, masks, inputs) copied.
 actors::TrainBatch rows_of(const actors::TrainBatch& batch, std::int64_t begin, std::int64_t n);
+// Rows `rows` of a batch, in that order (each in range; a row may repeat), copied as rows_of does.
+actors::TrainBatch select_rows(const actors::TrainBatch& batch, const std::vector<std::int64_t>& rows);
 
 // A preference pair for a reward model: the prompt, a chosen answer and a rejected one.
 struct PreferencePair {
