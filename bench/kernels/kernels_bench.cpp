@@ -131,6 +131,42 @@ json bench_policy_loss(int reps) {
   return e;
 }
 
+// The demo's attention: 300 rows x 4 heads, 10 tokens, head width 16 (the trainer's batch), forward
+// and backward, against matmul + masked softmax + matmul with autograd.
+json bench_attention(int reps) {
+  const int64_t b = 300, h = 4, t = 10, d = 16;
+  auto q = torch::randn({b, h, t, d}), k = torch::randn({b, h, t, d}), v = torch::randn({b, h, t, d});
+  auto g = torch::randn({b, h, t, d});
+  auto key_mask = torch::ones({b, t}, torch::kUInt8);
+  key_mask.narrow(1, 0, 3).narrow(0, 0, b / 2).zero_();   // half the rows left-padded by 3
+  const float scale = 1.0f / 4.0f;
+  auto causal = torch::ones({t, t}, torch::kBool).tril().view({1, 1, t, t});
+  auto allowed = key_mask.to(torch::kBool).view({b, 1, 1, t}).logical_and(causal).logical_or(torch::eye(t, torch::kBool));
+  torch::Tensor ref_out, ref_dq;
+  const double t_ms = median_ms([&] {
+    auto x = q.detach().requires_grad_(true), kk = k.detach().requires_grad_(true), vv = v.detach().requires_grad_(true);
+    auto p = torch::softmax(torch::matmul(x, kk.transpose(-2, -1)).mul(scale).masked_fill(allowed.logical_not(), -INFINITY), -1);
+    ref_out = torch::matmul(p, vv);
+    ref_out.backward(g);
+    ref_dq = x.grad();
+  }, reps);
+  auto probs = torch::empty({b, h, t, t}), out = torch::empty({b, h, t, d});
+  auto dq = torch::empty_like(q), dk = torch::empty_like(k), dv = torch::empty_like(v);
+  const tk::AttentionShape shape{b, h, t, t, d};
+  const double k_ms = median_ms([&] {
+    must(tk::attention_forward(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), key_mask.data_ptr<uint8_t>(),
+                               shape, scale, probs.data_ptr<float>(), out.data_ptr<float>()));
+    must(tk::attention_backward(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), probs.data_ptr<float>(),
+                                g.data_ptr<float>(), shape, scale, dq.data_ptr<float>(), dk.data_ptr<float>(),
+                                dv.data_ptr<float>()));
+  }, reps);
+  // Bytes: q, k, v, g read and out, dq, dk, dv written, probs written and read.
+  json e = entry(k_ms, double(b * h * t * d) * 4 * 8 + double(b * h * t * t) * 4 * 2, t_ms,
+                 std::max(max_diff(out, ref_out), max_diff(dq, ref_dq)));
+  e["batch"] = b, e["heads"] = h, e["tokens"] = t, e["dim"] = d, e["pass"] = "forward + backward";
+  return e;
+}
+
 json bench_bucket(int reps) {
   const int64_t n_tensors = 64, rows = 1024, cols = 1024;
   std::vector<torch::Tensor> ws;
@@ -194,6 +230,7 @@ int main() {
   result["group_advantages"] = bench_advantages(reps);
   result["kl_k3"] = bench_kl(reps);
   result["policy_loss"] = bench_policy_loss(reps);
+  result["attention"] = bench_attention(reps);
   result.update(bench_bucket(reps));
   result["logprob_gather"]["target_speedup"] = 2.0;
   std::printf("%s\n", result.dump().c_str());

@@ -218,6 +218,11 @@ TEST_CASE("a bad context, prompt or token id is refused") {
   PolicyConfig odd = config();
   odd.heads = 5;
   CHECK_THROWS_AS(Policy{odd}, std::invalid_argument);
+  // A key mask of other rows than the tokens' (the fused attention reads one row per batch row).
+  auto tokens = at::ones({2, 4}, at::kLong);
+  auto positions = at::arange(4, at::kLong).repeat({2, 1});
+  CHECK_THROWS_AS(policy.forward(tokens, positions, at::ones({3, 4}, at::kBool)), std::invalid_argument);
+  CHECK(policy.forward(tokens, positions, at::ones({2, 4}, at::kBool)).sizes() == at::IntArrayRef({2, 4, 11}));
 }
 
 TEST_CASE("the tensor bridge shares memory both ways") {

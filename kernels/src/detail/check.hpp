@@ -5,6 +5,7 @@
 #include <string>
 
 #include "troupe/kernels/advantage.hpp"
+#include "troupe/kernels/attention.hpp"
 #include "troupe/kernels/gae.hpp"
 #include "troupe/kernels/kl.hpp"
 #include "troupe/kernels/logprob.hpp"
@@ -29,6 +30,15 @@ inline Status check_advantages(const float* scores, std::int64_t groups, std::in
   if (groups < 0 || group_size < 1) return bad("group_advantages: need groups >= 0, G >= 1");
   if (!(o.epsilon >= 0.0f)) return bad("group_advantages: epsilon must be >= 0");
   if (groups > 0 && (!scores || !advantages)) return bad("group_advantages: null pointer");
+  return {};
+}
+
+inline Status check_attention(const float* q, const float* k, const float* v, const AttentionShape& s, const float* a,
+                              const float* b, const char* who) {
+  const std::string name = who;
+  if (s.batch < 0 || s.heads < 0 || s.queries < 0 || s.dim < 1) return bad(name + ": need batch, heads, queries >= 0 and dim >= 1");
+  if (s.keys < s.queries) return bad(name + ": keys must be >= queries (the queries are the last positions)");
+  if (s.batch * s.heads * s.keys > 0 && (!q || !k || !v || !a || !b)) return bad(name + ": null pointer");
   return {};
 }
 

@@ -51,7 +51,7 @@ class Policy final : public Model {
   std::unique_ptr<DecodeCache> make_cache(std::int64_t batch, std::int64_t max_len) const override;
 
  private:
-  at::Tensor block(const at::Tensor& x, std::size_t layer, const at::Tensor& mask, KvCache* cache,
+  at::Tensor block(const at::Tensor& x, std::size_t layer, const at::Tensor& key_mask, KvCache* cache,
                    std::int64_t offset) const;
   at::Tensor hidden(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& key_mask, KvCache* cache,
                     std::int64_t offset) const;   // after the final LayerNorm, [B, Tq, d]
