@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   auto config = troupe::rl::RunConfig::demo();   // the demo's task, model, SFT and sampling
   config.algo.name = "dpo";
   config.algo.dpo_beta = 0.1;
+  config.algo.steps = 450;   // its own length: 450 online rounds (README: the programs' table)
   config.run.run_dir = "runs/dpo";
   try {   // --config FILE, any key with --set algo.steps=200, the common keys' flags (--seed 2, --steps, ...)
     auto schema = troupe::rl::run_config_schema(config);
