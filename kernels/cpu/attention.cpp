@@ -49,7 +49,7 @@ Status attention_forward(const float* q, const float* k, const float* v, const s
         }
         double sum = 0;
         for (std::int64_t j = 0; j < tk; ++j) {
-          p[j] = std::isinf(p[j]) && p[j] < 0 ? 0.0f : std::exp(p[j] - top);
+          p[j] = p[j] == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(p[j] - top);   // a masked key
           sum += p[j];
         }
         const float inv = float(1.0 / sum);

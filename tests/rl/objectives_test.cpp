@@ -12,6 +12,7 @@
 
 #include <algorithm>
 
+#include "actors/fixtures.hpp"
 #include "troupe/actors/trainer.hpp"
 #include "troupe/rl/advantages.hpp"
 #include "troupe/rl/algorithms.hpp"
@@ -312,13 +313,7 @@ TEST_CASE("GRPO's update leaves out the groups whose advantages are all 0 (beta 
   c.algo.kl_coef = 0;
   c.algo.optim.lr = 1e-2;
   const std::vector<float> advantages = {1.0f, -1.0f, 0.0f, 0.0f, 0.5f, -0.5f, 0.0f, 0.0f};
-  PolicyConfig policy;
-  policy.vocab_size = 8;
-  policy.context = 8;
-  policy.layers = 1;
-  policy.d_model = 16;
-  policy.heads = 2;
-  policy.seed = 5;
+  const PolicyConfig policy = testing::tiny_policy();   // vocabulary 8: the tokens above are 1-7
 
   SUBCASE("groups 1 and 3 (all 0) are left out; loss_rows keeps the mean over all 8 rows") {
     const auto skipped = grpo_batch(samples, troupe::TensorView{}, advantages, c);
