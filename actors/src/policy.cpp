@@ -38,8 +38,13 @@ class FusedAttention : public torch::autograd::Function<FusedAttention> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
                             const at::Tensor& v, const at::Tensor& key_mask, double scale) {
-    auto qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
-    const kernels::AttentionShape shape{qc.size(0), qc.size(1), qc.size(2), kc.size(2), qc.size(3)};
+    auto qc = q.contiguous();
+    // A KV cache's first Tk positions ([B, H, max_len, D] narrowed) are read in place, not copied.
+    const std::int64_t rows = cache_rows(k);
+    const bool in_place = rows > 0 && cache_rows(v) == rows;
+    auto kc = in_place ? k : k.contiguous(), vc = in_place ? v : v.contiguous();
+    kernels::AttentionShape shape{qc.size(0), qc.size(1), qc.size(2), kc.size(2), qc.size(3)};
+    shape.key_rows = in_place ? rows : 0;
     auto probs = at::empty({shape.batch, shape.heads, shape.queries, shape.keys}, at::kFloat);
     auto out = at::empty_like(qc);
     check(kernels::attention_forward(qc.data_ptr<float>(), kc.data_ptr<float>(), vc.data_ptr<float>(),
@@ -47,6 +52,7 @@ class FusedAttention : public torch::autograd::Function<FusedAttention> {
                                      out.data_ptr<float>()), "attention_forward");
     ctx->save_for_backward({qc, kc, vc, probs});
     ctx->saved_data["scale"] = scale;
+    ctx->saved_data["key_rows"] = shape.key_rows;
     return out;
   }
 
@@ -55,8 +61,9 @@ class FusedAttention : public torch::autograd::Function<FusedAttention> {
     const auto saved = ctx->get_saved_variables();
     const auto &q = saved[0], &k = saved[1], &v = saved[2], &probs = saved[3];
     const auto g = grads[0].contiguous();
-    const kernels::AttentionShape shape{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3)};
-    auto dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
+    kernels::AttentionShape shape{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3)};
+    shape.key_rows = ctx->saved_data["key_rows"].toInt();
+    auto dq = at::empty_like(q), dk = at::empty(k.sizes(), k.options()), dv = at::empty(v.sizes(), v.options());
     check(kernels::attention_backward(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
                                       probs.data_ptr<float>(), g.data_ptr<float>(), shape,
                                       float(ctx->saved_data["scale"].toDouble()), dq.data_ptr<float>(),
@@ -65,6 +72,14 @@ class FusedAttention : public torch::autograd::Function<FusedAttention> {
   }
 
  private:
+  // The rows per (batch, head) tile when t [B, H, Tk, D] is the first Tk positions of a contiguous
+  // [B, H, rows, D] tensor (a KV cache narrowed); 0 otherwise.
+  static std::int64_t cache_rows(const at::Tensor& t) {
+    const std::int64_t d = t.size(3);
+    if (t.stride(3) != 1 || t.stride(2) != d || t.stride(1) % d != 0 || t.stride(0) != t.size(1) * t.stride(1)) return 0;
+    return t.stride(1) / d;
+  }
+
   static void check(const kernels::Status& st, const char* what) {
     if (!st.ok()) throw ErrorException(Error{st.error().code, std::string(what) + ": " + st.error().message});
   }

@@ -28,14 +28,14 @@ inline void axpy(float a, const float* x, float* y, std::int64_t n) {
 Status attention_forward(const float* q, const float* k, const float* v, const std::uint8_t* key_mask,
                          const AttentionShape& s, float scale, float* probs, float* out) {
   TROUPE_RETURN_IF_ERROR(detail::check_attention(q, k, v, s, probs, out, "attention_forward"));
-  const std::int64_t tq = s.queries, tk = s.keys, dim = s.dim, offset = tk - tq;
+  const std::int64_t tq = s.queries, tk = s.keys, dim = s.dim, offset = tk - tq, rows = s.key_rows > 0 ? s.key_rows : tk;
   if (s.batch * s.heads * tq == 0) return {};
   detail::parallel_for(s.batch * s.heads, tq * tk * dim * 8, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t tile = begin; tile < end; ++tile) {
       const std::int64_t b = tile / s.heads;
       const std::uint8_t* mask = key_mask ? key_mask + b * tk : nullptr;
-      const float* kt = k + tile * tk * dim;
-      const float* vt = v + tile * tk * dim;
+      const float* kt = k + tile * rows * dim;
+      const float* vt = v + tile * rows * dim;
       for (std::int64_t i = 0; i < tq; ++i) {
         const float* qi = q + (tile * tq + i) * dim;
         float* p = probs + (tile * tq + i) * tk;
@@ -68,15 +68,15 @@ Status attention_backward(const float* q, const float* k, const float* v, const 
                           const AttentionShape& s, float scale, float* dq, float* dk, float* dv) {
   TROUPE_RETURN_IF_ERROR(detail::check_attention(q, k, v, s, probs, d_out, "attention_backward"));
   if (dq == nullptr || dk == nullptr || dv == nullptr) return detail::bad("attention_backward: null pointer");
-  const std::int64_t tq = s.queries, tk = s.keys, dim = s.dim;
+  const std::int64_t tq = s.queries, tk = s.keys, dim = s.dim, rows = s.key_rows > 0 ? s.key_rows : tk;
   const std::int64_t tiles = s.batch * s.heads;
   for (std::int64_t e = 0; e < tiles * tk * dim; ++e) dk[e] = dv[e] = 0;
   if (tiles * tq == 0) return {};
   detail::parallel_for(tiles, tq * tk * dim * 16, [&](std::int64_t begin, std::int64_t end) {
     std::vector<float> dp(static_cast<std::size_t>(tk));
     for (std::int64_t tile = begin; tile < end; ++tile) {
-      const float* kt = k + tile * tk * dim;
-      const float* vt = v + tile * tk * dim;
+      const float* kt = k + tile * rows * dim;
+      const float* vt = v + tile * rows * dim;
       float* dkt = dk + tile * tk * dim;
       float* dvt = dv + tile * tk * dim;
       for (std::int64_t i = 0; i < tq; ++i) {

@@ -131,3 +131,25 @@ TEST_CASE("fused attention refuses bad shapes and null pointers") {
                                      nullptr, x.data()).ok());
   CHECK(tk::attention_forward(x.data(), x.data(), x.data(), nullptr, {1, 1, 2, 2, 4}, 1.0f, p.data(), o.data()).ok());
 }
+
+TEST_CASE("fused attention reads keys and values in place from longer tiles (a KV cache's first positions)") {
+  const tk::AttentionShape packed{2, 3, 1, 4, 8};
+  const Case c = random_case(packed, 5);
+  const std::int64_t rows = 7, tiles = 2 * 3;
+  std::vector<float> k(std::size_t(tiles * rows * 8), 99.0f), v(k.size(), 99.0f);   // rows past Tk must not be read
+  for (std::int64_t t = 0; t < tiles; ++t) {
+    for (std::int64_t e = 0; e < 4 * 8; ++e) {
+      k[std::size_t(t * rows * 8 + e)] = c.k[std::size_t(t * 4 * 8 + e)];
+      v[std::size_t(t * rows * 8 + e)] = c.v[std::size_t(t * 4 * 8 + e)];
+    }
+  }
+  tk::AttentionShape cached = packed;
+  cached.key_rows = rows;
+  std::vector<float> p1(std::size_t(tiles * 4)), p2(p1.size()), o1(c.q.size()), o2(c.q.size());
+  REQUIRE(tk::attention_forward(c.q.data(), c.k.data(), c.v.data(), c.mask.data(), packed, 0.3f, p1.data(), o1.data()).ok());
+  REQUIRE(tk::attention_forward(c.q.data(), k.data(), v.data(), c.mask.data(), cached, 0.3f, p2.data(), o2.data()).ok());
+  CHECK(o1 == o2);
+  CHECK(p1 == p2);
+  cached.key_rows = 3;   // fewer rows than keys
+  CHECK_FALSE(tk::attention_forward(c.q.data(), k.data(), v.data(), c.mask.data(), cached, 0.3f, p2.data(), o2.data()).ok());
+}

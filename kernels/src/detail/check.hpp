@@ -38,6 +38,7 @@ inline Status check_attention(const float* q, const float* k, const float* v, co
   const std::string name = who;
   if (s.batch < 0 || s.heads < 0 || s.queries < 0 || s.dim < 1) return bad(name + ": need batch, heads, queries >= 0 and dim >= 1");
   if (s.keys < s.queries) return bad(name + ": keys must be >= queries (the queries are the last positions)");
+  if (s.key_rows != 0 && s.key_rows < s.keys) return bad(name + ": key_rows must be 0 or >= keys");
   if (s.batch * s.heads * s.keys > 0 && (!q || !k || !v || !a || !b)) return bad(name + ": null pointer");
   return {};
 }

@@ -19,9 +19,12 @@ struct AttentionShape {
   std::int64_t queries = 0;   // Tq
   std::int64_t keys = 0;      // Tk = offset + Tq: the queries are the last Tq positions
   std::int64_t dim = 0;       // D, the head width
+  // Rows each (batch, head) tile holds in k and v, of which the first Tk are read; 0 means Tk. A
+  // KV cache's first Tk positions are then read in place: k and v as [B, H, key_rows, D].
+  std::int64_t key_rows = 0;
 };
 
-// q [B, H, Tq, D], k and v [B, H, Tk, D], all contiguous f32; key_mask [B, Tk] (nonzero: the key
+// q [B, H, Tq, D], k and v [B, H, key_rows, D] (key_rows >= Tk), all contiguous f32; key_mask [B, Tk] (nonzero: the key
 // may be attended; nullptr: every key). Query i sits at position p = Tk - Tq + i and attends key j
 // when (key_mask[b][j] and j <= p) or j == p (itself always, so a padding query stays finite):
 //   probs[b,h,i,:] = softmax_j(scale * q_i . k_j over the allowed j; 0 elsewhere)
