@@ -38,6 +38,7 @@ void save_run_state(const std::string& dir, const RunState& s) {
   j["sft_heldout_acc"] = s.sft_heldout_acc;
   j["sft_heldout_format"] = s.sft_heldout_format;
   j["sft_heldout_acc_by_kind"] = s.sft_heldout_acc_by_kind;
+  j["sft_steps"] = s.sft_steps;
   j["values"] = s.values;
   std::ofstream out(dir + "/state.json");
   out << j.dump(2) << "\n";
@@ -60,6 +61,7 @@ RunState load_run_state(const std::string& dir) {
     s.sft_heldout_format = j.at("sft_heldout_format").get<double>();
     if (j.contains("sft_heldout_acc_by_kind"))   // older checkpoints have none
       s.sft_heldout_acc_by_kind = j.at("sft_heldout_acc_by_kind").get<std::map<std::string, double>>();
+    if (j.contains("sft_steps")) s.sft_steps = j.at("sft_steps").get<std::int64_t>();   // nor this
     if (j.contains("values")) s.values = j.at("values").get<std::map<std::string, double>>();   // older checkpoints have none
     return s;
   } catch (const nlohmann::json::exception& e) {

@@ -106,6 +106,8 @@ RunConfig RunConfig::demo() {
   c.algo.sft.batch_size = 64;
   c.algo.sft.optim.lr = 3e-3;
   c.algo.sft.optim.warmup_steps = 20;
+  c.algo.sft.target_nll = 0.55;    // a seed whose warm start stalls above it (seeds 9, 12) trains on to it
+  c.algo.sft.max_steps = 1500;
   c.algo.steps = 1000;             // 40-52 s of GRPO on a quiet 2-core VM
   c.algo.prompts_per_step = 64;
   c.algo.group_size = 8;
@@ -209,13 +211,22 @@ std::string Run::sft_weights_path() const { return config_.run.run_dir + "/sft.s
 void Run::warm_start() {
   if (!config_.model.init_weights.empty()) trainer_.call(&actors::Trainer::load_trunk, config_.model.init_weights).get();
   DataCursor cursor{mix(config_.run.seed ^ 0x5f7), 0, 0};
-  ProgressLine progress(config_.algo.sft.steps, 50, config_.run.verbose);
-  for (std::int32_t s = 1; s <= config_.algo.sft.steps; ++s) {
-    auto batch = sft_batch(cursor.next(data_.train, std::size_t(config_.algo.sft.batch_size)), *tokenizer_);
+  const auto& sft = config_.algo.sft;
+  const double target = sft.target_nll;
+  const std::int32_t most = target > 0 ? std::max(sft.steps, sft.max_steps) : sft.steps;
+  ProgressLine progress(most, 50, config_.run.verbose);
+  double average = -1;   // exponential moving average of the batches' nll, time constant 20 steps
+  for (std::int32_t s = 1; s <= most; ++s) {
+    auto batch = sft_batch(cursor.next(data_.train, std::size_t(sft.batch_size)), *tokenizer_);
     auto m = trainer_.call(&actors::Trainer::train_step, std::move(batch)).get();
-    if (s % 50 == 0 || s == config_.algo.sft.steps)
-      progress.message("sft step " + std::to_string(s) + "/" + std::to_string(config_.algo.sft.steps) +
-                       "  nll " + std::to_string(m.values["nll"]));
+    const double nll = m.values["nll"];
+    average = average < 0 ? nll : average + (nll - average) / 20.0;
+    state_.sft_steps = s;
+    const bool done = s >= sft.steps && (target <= 0 || average <= target);
+    if (s % 50 == 0 || s == most || done)
+      progress.message("sft step " + std::to_string(s) + "/" + std::to_string(most) + "  nll " + std::to_string(nll) +
+                       "  average " + std::to_string(average));
+    if (done) break;
   }
   trainer_.call(&actors::Trainer::save_weights, sft_weights_path()).get();
   trainer_.call(&actors::Trainer::set_optimizer, config_.algo.optim).get();
@@ -352,6 +363,7 @@ std::string summary_json_line(const RunSummary& s) {
   out["sft_heldout_acc_by_kind"] = s.sft_heldout_acc_by_kind;
   out["final_heldout_acc_by_kind"] = s.final_heldout_acc_by_kind;
   out["steps"] = s.steps;
+  out["sft_steps"] = s.sft_steps;
   out["seconds"] = tenth(s.seconds);
   out["sft_seconds"] = tenth(s.sft_seconds);
   out["grpo_seconds"] = tenth(s.grpo_seconds);
@@ -429,6 +441,7 @@ RunSummary Run::begin_run() {
   sum.sft_heldout_acc = state_.sft_heldout_acc;
   sum.sft_heldout_format = state_.sft_heldout_format;
   sum.sft_heldout_acc_by_kind = state_.sft_heldout_acc_by_kind;
+  sum.sft_steps = state_.sft_steps;
   return sum;
 }
 

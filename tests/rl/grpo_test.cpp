@@ -137,6 +137,31 @@ void check_resume_equals_no_stop(const std::string& algorithm, const std::functi
 
 }  // namespace
 
+TEST_CASE("the warm start goes past sft_steps while its loss is above sft_target_nll, to sft_max_steps at most") {
+  auto rt = troupe::Runtime::create().value();
+  auto steps_taken = [&](double target, std::int32_t most) {
+    auto config = tiny("troupe_sft_floor");
+    config.algo.sft.steps = 20;
+    config.algo.sft.target_nll = target;
+    config.algo.sft.max_steps = most;
+    Run run(rt, config);
+    run.warm_start();
+    const auto taken = run.state().sft_steps;
+    std::filesystem::remove_all(config.run.run_dir);
+    return taken;
+  };
+  CHECK(steps_taken(0, 40) == 20);      // no floor: sft_steps exactly
+  CHECK(steps_taken(100, 40) == 20);    // met already: no more steps
+  CHECK(steps_taken(1e-6, 40) == 40);   // never met: stops at sft_max_steps
+  CHECK(steps_taken(1e-6, 10) == 20);   // a max below sft_steps takes nothing away
+  // Met on the way: more steps than sft_steps and fewer than the max (one-digit sums: the average
+  // reaches 1 nat a token at step 50 on this seed).
+  const auto met = steps_taken(1.0, 400);
+  MESSAGE("loss average at 1 nat a token after " << met << " steps");
+  CHECK(met > 20);
+  CHECK(met < 400);
+}
+
 TEST_CASE("a resumed run takes the same steps as an uninterrupted one (RL-2)") { check_resume_equals_no_stop("grpo"); }
 
 TEST_CASE("a resumed PPO run, its critic included, and a resumed DPO run take the same steps as uninterrupted ones") {
@@ -179,6 +204,7 @@ TEST_CASE("PPO: a short seeded run on the demo task raises its held-out accuracy
   auto config = RunConfig::demo();   // held-out accuracy needs a task that generalises: the demo's, 60 steps
   config.algo.name = "ppo";
   config.algo.sft.steps = 300;   // build/bin/ppo's start
+  config.algo.sft.target_nll = 0;
   config.algo.steps = 60;
   // Seed 2: since the fused attention changed the bits, seed 1's 300-step start is at 8 %, from
   // which PPO gains only +3.8 points in 60 steps (+27 in 500); seed 2 starts at 24 %.

@@ -48,9 +48,15 @@
 namespace troupe::rl {
 
 struct SftConfig {
-  std::int32_t steps = 300;         // 0 skips the warm start
+  std::int32_t steps = 300;         // 0 skips the warm start; with target_nll, the least it takes
   std::int32_t batch_size = 64;
   actors::OptimConfig optim;
+  // > 0: after `steps`, the warm start goes on (to max_steps at most) while the moving average of
+  // its batches' loss (answer tokens' negative log-likelihood, nats a token, a 20-step time
+  // constant) is above this: a seed whose warm start stalls still starts RL from a set fit of the
+  // train data, and one that fits sooner is not changed.
+  double target_nll = 0;
+  std::int32_t max_steps = 0;
 };
 
 // The verifiable task and its data.
@@ -187,7 +193,7 @@ struct RunSummary {
   double sft_heldout_acc = 0, sft_heldout_format = 0;
   double final_heldout_acc = 0, final_heldout_format = 0;
   std::map<std::string, double> sft_heldout_acc_by_kind, final_heldout_acc_by_kind;
-  std::int64_t steps = 0;
+  std::int64_t steps = 0, sft_steps = 0;   // sft_steps: the warm start's steps taken
   double seconds = 0, sft_seconds = 0, grpo_seconds = 0;   // grpo_seconds: the RL phase, whatever the algorithm
   std::string run_dir, metrics_path, plot_path, checkpoint;
   bool stopped_early = false;            // stop_after was reached
@@ -197,7 +203,7 @@ struct RunSummary {
 // The summary as the programs print it, one JSON object on one line: sft_heldout_acc,
 // final_heldout_acc, sft_heldout_format, final_heldout_format, sft_heldout_acc_by_kind and
 // final_heldout_acc_by_kind (objects, kind -> accuracy; empty for a task without kinds, and the
-// start's for a run resumed from a checkpoint written before the field existed), steps,
+// start's for a run resumed from a checkpoint written before the field existed), steps, sft_steps,
 // seconds, sft_seconds, grpo_seconds (the RL phase, whatever the algorithm), metrics, plot,
 // checkpoint, resumed.
 std::string summary_json_line(const RunSummary& summary);
