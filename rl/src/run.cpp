@@ -213,7 +213,7 @@ void Run::warm_start() {
   DataCursor cursor{mix(config_.run.seed ^ 0x5f7), 0, 0};
   const auto& sft = config_.algo.sft;
   const double target = sft.target_nll;
-  const std::int32_t most = target > 0 ? std::max(sft.steps, sft.max_steps) : sft.steps;
+  const std::int32_t most = sft.steps > 0 && target > 0 ? std::max(sft.steps, sft.max_steps) : sft.steps;   // 0: no warm start
   ProgressLine progress(most, 50, config_.run.verbose);
   double average = -1;   // exponential moving average of the batches' nll, time constant 20 steps
   for (std::int32_t s = 1; s <= most; ++s) {

@@ -154,6 +154,14 @@ TEST_CASE("the warm start goes past sft_steps while its loss is above sft_target
   CHECK(steps_taken(100, 40) == 20);    // met already: no more steps
   CHECK(steps_taken(1e-6, 40) == 40);   // never met: stops at sft_max_steps
   CHECK(steps_taken(1e-6, 10) == 20);   // a max below sft_steps takes nothing away
+  auto none = tiny("troupe_sft_floor");
+  none.algo.sft.steps = 0;              // no warm start, whatever the floor
+  none.algo.sft.target_nll = 1e-6;
+  none.algo.sft.max_steps = 40;
+  Run cold(rt, none);
+  cold.warm_start();
+  CHECK(cold.state().sft_steps == 0);
+  std::filesystem::remove_all(none.run.run_dir);
   // Met on the way: more steps than sft_steps and fewer than the max (one-digit sums: the average
   // reaches 1 nat a token at step 50 on this seed).
   const auto met = steps_taken(1.0, 400);
