@@ -145,6 +145,7 @@ TEST_CASE("run state survives a round trip through state.json") {
   s.cursor = DataCursor{5, 2, 17};
   s.sft_heldout_acc = 0.25;
   s.sft_heldout_acc_by_kind = {{"1+2", 0.5}};
+  s.sft_steps = 848;
   save_run_state(dir, s);
   RunState r = load_run_state(dir);
   CHECK(r.step == 12);
@@ -153,6 +154,7 @@ TEST_CASE("run state survives a round trip through state.json") {
   CHECK((r.cursor.seed == 5 && r.cursor.epoch == 2 && r.cursor.index == 17));
   CHECK(r.sft_heldout_acc == 0.25);
   CHECK(r.sft_heldout_acc_by_kind == s.sft_heldout_acc_by_kind);
+  CHECK(r.sft_steps == 848);
   std::filesystem::remove_all(dir);
   CHECK_THROWS(load_run_state(dir));
 }
