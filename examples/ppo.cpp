@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   config.algo.name = "ppo";
   config.algo.sft.steps = 300;         // from the demo's 600-step start (~50-70 %) PPO gained +12 in 450 steps; from 300 (~30 %), +24
   config.algo.sft.target_nll = 0;      // 300 steps on every seed (the demo's loss floor would train on past them)
+  config.algo.sft.stop_nll = 0;
   config.algo.steps = 500;
   config.algo.kl_coef = 0.02;          // in the rewards, per token
   config.algo.updates_per_batch = 2;   // PPO epochs

@@ -266,6 +266,7 @@ ConfigSchema run_config_schema(RunConfig& c) {
   s.add("algo.sft_steps", &c.algo.sft.steps, "supervised warm-start steps (the least, with sft_target_nll); 0 skips it");
   s.add("algo.sft_target_nll", &c.algo.sft.target_nll, "after sft_steps, the warm start goes on while its train loss (nats an answer token, a 20-step moving average) is above this; 0: no more steps");
   s.add("algo.sft_max_steps", &c.algo.sft.max_steps, "with sft_target_nll: the warm start's most steps");
+  s.add("algo.sft_stop_nll", &c.algo.sft.stop_nll, "the warm start ends as soon as its train loss (the same average) falls to this, before sft_steps too; 0: never early");
   s.add("algo.sft_batch_size", &c.algo.sft.batch_size, "warm-start batch");
   s.add("algo.sft_lr", &c.algo.sft.optim.lr, "warm-start learning rate");
   s.add("algo.sft_warmup_steps", &c.algo.sft.optim.warmup_steps, "warm-start learning-rate warm-up");

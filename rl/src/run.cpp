@@ -106,8 +106,9 @@ RunConfig RunConfig::demo() {
   c.algo.sft.batch_size = 64;
   c.algo.sft.optim.lr = 3e-3;
   c.algo.sft.optim.warmup_steps = 20;
-  c.algo.sft.target_nll = 0.55;    // a seed whose warm start stalls above it (seeds 9, 12) trains on to it
+  c.algo.sft.target_nll = 0.55;    // a seed whose warm start stalls above it (seeds 9, 12) trains on to it,
   c.algo.sft.max_steps = 1500;
+  c.algo.sft.stop_nll = 0.25;      // and one that fits fast (seeds 18, 19) stops at this
   c.algo.steps = 1000;             // 40-52 s of GRPO on a quiet 2-core VM
   c.algo.prompts_per_step = 64;
   c.algo.group_size = 8;
@@ -222,7 +223,7 @@ void Run::warm_start() {
     const double nll = m.values["nll"];
     average = average < 0 ? nll : average + (nll - average) / 20.0;
     state_.sft_steps = s;
-    const bool done = s >= sft.steps && (target <= 0 || average <= target);
+    const bool done = (s >= sft.steps && (target <= 0 || average <= target)) || (sft.stop_nll > 0 && average <= sft.stop_nll);
     if (s % 50 == 0 || s == most || done)
       progress.message("sft step " + std::to_string(s) + "/" + std::to_string(most) + "  nll " + std::to_string(nll) +
                        "  average " + std::to_string(average));

@@ -137,13 +137,14 @@ void check_resume_equals_no_stop(const std::string& algorithm, const std::functi
 
 }  // namespace
 
-TEST_CASE("the warm start goes past sft_steps while its loss is above sft_target_nll, to sft_max_steps at most") {
+TEST_CASE("the warm start goes past sft_steps while its loss is above sft_target_nll (to sft_max_steps), and ends early at sft_stop_nll") {
   auto rt = troupe::Runtime::create().value();
-  auto steps_taken = [&](double target, std::int32_t most) {
+  auto steps_taken = [&](double target, std::int32_t most, double stop = 0) {
     auto config = tiny("troupe_sft_floor");
     config.algo.sft.steps = 20;
     config.algo.sft.target_nll = target;
     config.algo.sft.max_steps = most;
+    config.algo.sft.stop_nll = stop;
     Run run(rt, config);
     run.warm_start();
     const auto taken = run.state().sft_steps;
@@ -168,6 +169,16 @@ TEST_CASE("the warm start goes past sft_steps while its loss is above sft_target
   MESSAGE("loss average at 1 nat a token after " << met << " steps");
   CHECK(met > 20);
   CHECK(met < 400);
+  // sft_stop_nll ends it as soon as the average falls that far, before sft_steps too; it never adds
+  // steps (here the average reaches 1 nat only after sft_steps' 20).
+  CHECK(steps_taken(0, 0, 1.0) == 20);
+  auto early = tiny("troupe_sft_floor");
+  early.algo.sft.steps = 400;
+  early.algo.sft.stop_nll = 1.0;
+  Run fast(rt, early);
+  fast.warm_start();
+  CHECK(fast.state().sft_steps == met);         // the step at which the average first reached 1 nat
+  std::filesystem::remove_all(early.run.run_dir);
 }
 
 TEST_CASE("a resumed run takes the same steps as an uninterrupted one (RL-2)") { check_resume_equals_no_stop("grpo"); }
@@ -213,6 +224,7 @@ TEST_CASE("PPO: a short seeded run on the demo task raises its held-out accuracy
   config.algo.name = "ppo";
   config.algo.sft.steps = 300;   // build/bin/ppo's start
   config.algo.sft.target_nll = 0;
+  config.algo.sft.stop_nll = 0;
   config.algo.steps = 60;
   // Seed 2: since the fused attention changed the bits, seed 1's 300-step start is at 8 %, from
   // which PPO gains only +3.8 points in 60 steps (+27 in 500); seed 2 starts at 24 %.

@@ -57,6 +57,9 @@ struct SftConfig {
   // train data, and one that fits sooner is not changed.
   double target_nll = 0;
   std::int32_t max_steps = 0;
+  // > 0: the warm start ends as soon as that moving average falls to this, before `steps` too: a
+  // seed whose warm start fits the train data fast does not start RL near its ceiling.
+  double stop_nll = 0;
 };
 
 // The verifiable task and its data.
