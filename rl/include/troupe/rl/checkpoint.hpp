@@ -22,7 +22,7 @@ struct RunState {
   double sft_heldout_acc = 0;
   double sft_heldout_format = 0;
   std::map<std::string, double> sft_heldout_acc_by_kind;
-  std::int64_t sft_steps = 0;          // warm-start steps taken (more than algo.sft_steps when it trained on to sft_target_nll)
+  std::int64_t sft_steps = 0;          // warm-start steps taken (more than algo.sft_steps when it trained on to sft_target_nll, fewer at sft_stop_nll)
   std::map<std::string, double> values;   // an algorithm's scalars (PPO's adaptive KL coefficient)
 };
 

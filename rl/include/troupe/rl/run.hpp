@@ -48,7 +48,7 @@
 namespace troupe::rl {
 
 struct SftConfig {
-  std::int32_t steps = 300;         // 0 skips the warm start; with target_nll, the least it takes
+  std::int32_t steps = 300;         // 0 skips the warm start; with target_nll, the least it takes (but see stop_nll)
   std::int32_t batch_size = 64;
   actors::OptimConfig optim;
   // > 0: after `steps`, the warm start goes on (to max_steps at most) while the moving average of
