@@ -139,9 +139,9 @@ void check_resume_equals_no_stop(const std::string& algorithm, const std::functi
 
 TEST_CASE("the warm start goes past sft_steps while its loss is above sft_target_nll (to sft_max_steps), and ends early at sft_stop_nll") {
   auto rt = troupe::Runtime::create().value();
-  auto steps_taken = [&](double target, std::int32_t most, double stop = 0) {
+  auto steps_taken = [&](double target, std::int32_t most, double stop = 0, std::int32_t steps = 20) {
     auto config = tiny("troupe_sft_floor");
-    config.algo.sft.steps = 20;
+    config.algo.sft.steps = steps;
     config.algo.sft.target_nll = target;
     config.algo.sft.max_steps = most;
     config.algo.sft.stop_nll = stop;
@@ -155,14 +155,7 @@ TEST_CASE("the warm start goes past sft_steps while its loss is above sft_target
   CHECK(steps_taken(100, 40) == 20);    // met already: no more steps
   CHECK(steps_taken(1e-6, 40) == 40);   // never met: stops at sft_max_steps
   CHECK(steps_taken(1e-6, 10) == 20);   // a max below sft_steps takes nothing away
-  auto none = tiny("troupe_sft_floor");
-  none.algo.sft.steps = 0;              // no warm start, whatever the floor
-  none.algo.sft.target_nll = 1e-6;
-  none.algo.sft.max_steps = 40;
-  Run cold(rt, none);
-  cold.warm_start();
-  CHECK(cold.state().sft_steps == 0);
-  std::filesystem::remove_all(none.run.run_dir);
+  CHECK(steps_taken(1e-6, 40, 0, 0) == 0);   // sft_steps 0: no warm start, whatever the floor
   // Met on the way: more steps than sft_steps and fewer than the max (one-digit sums: the average
   // reaches 1 nat a token at step 50 on this seed).
   const auto met = steps_taken(1.0, 400);
@@ -172,13 +165,18 @@ TEST_CASE("the warm start goes past sft_steps while its loss is above sft_target
   // sft_stop_nll ends it as soon as the average falls that far, before sft_steps too; it never adds
   // steps (here the average reaches 1 nat only after sft_steps' 20).
   CHECK(steps_taken(0, 0, 1.0) == 20);
-  auto early = tiny("troupe_sft_floor");
-  early.algo.sft.steps = 400;
-  early.algo.sft.stop_nll = 1.0;
-  Run fast(rt, early);
-  fast.warm_start();
-  CHECK(fast.state().sft_steps == met);         // the step at which the average first reached 1 nat
-  std::filesystem::remove_all(early.run.run_dir);
+  CHECK(steps_taken(0, 0, 1.0, 400) == met);   // the step at which the average first reached 1 nat
+  // A band that is no band is refused before anything is spawned: a ceiling at or over the floor,
+  // or a negative bound.
+  for (auto [target, stop] : {std::pair{0.5, 0.5}, std::pair{0.5, 0.6}, std::pair{-1.0, 0.0}, std::pair{0.0, -0.1}}) {
+    CAPTURE(target);
+    CAPTURE(stop);
+    auto config = tiny("troupe_sft_floor");
+    config.algo.sft.target_nll = target;
+    config.algo.sft.stop_nll = stop;
+    CHECK_THROWS_AS(Run(rt, config), std::invalid_argument);
+    std::filesystem::remove_all(config.run.run_dir);
+  }
 }
 
 TEST_CASE("a resumed run takes the same steps as an uninterrupted one (RL-2)") { check_resume_equals_no_stop("grpo"); }
