@@ -36,7 +36,13 @@ troupe::rl::RunConfig parse(int argc, char** argv) {
   app.add_option("--train-size", c.task.train_size, "train problems");
   app.add_option("--heldout-size", c.task.heldout_size, "held-out problems");
   app.add_option("--steps", c.algo.steps, "GRPO steps");
-  app.add_option("--sft-steps", c.algo.sft.steps, "SFT warm-start steps");
+  app.add_option("--sft-steps", c.algo.sft.steps,
+                 "SFT warm-start steps: the least while its loss is above --sft-target-nll, 0 skips the warm start");
+  app.add_option("--sft-target-nll", c.algo.sft.target_nll,
+                 "the warm start's loss floor: it trains past --sft-steps while its loss is above this (0: exactly "
+                 "--sft-steps, e.g. for a short run)");
+  app.add_option("--sft-max-steps", c.algo.sft.max_steps, "the warm start's most steps, with --sft-target-nll");
+  app.add_option("--sft-stop-nll", c.algo.sft.stop_nll, "the warm start's loss ceiling: it ends as soon as its loss is under this");
   app.add_option("--sft-lr", c.algo.sft.optim.lr, "SFT learning rate");
   app.add_option("--prompts", c.algo.prompts_per_step, "prompts per GRPO step");
   app.add_option("--group", c.algo.group_size, "samples per prompt (G)");

@@ -29,8 +29,10 @@ std::vector<nlohmann::json> read_metrics(const std::string& dir) {
 }
 
 // --kl 0.04: the demo's beta is 0, which asks no reference; these runs keep it in the graph.
-const std::vector<std::string> kShortRun{"--steps", "3", "--sft-steps", "20", "--heldout-size", "50", "--train-size", "200",
-                                         "--prompts", "8", "--eval-every", "3", "--kl", "0.04"};
+// --sft-target-nll 0: exactly the 20 warm-start steps (the demo's loss floor would train on past them).
+const std::vector<std::string> kShortRun{"--steps", "3", "--sft-steps", "20", "--sft-target-nll", "0",
+                                         "--heldout-size", "50", "--train-size", "200", "--prompts", "8",
+                                         "--eval-every", "3", "--kl", "0.04"};
 
 std::vector<nlohmann::json> run_grpo(const std::string& dir, bool workers, const std::vector<std::string>& args = kShortRun) {
   std::vector<std::string> argv{TROUPE_GRPO, "--run-dir", dir};
@@ -82,8 +84,9 @@ TEST_CASE("GRPO in worker processes takes the same steps as in-process") {
 // 600 steps: the job must outlast two daemons starting, each fetching and unpacking its package,
 // and a worker's start: up to ~35 s on a 2-vCPU VM whose disk was busy (2026-12-03), while 300
 // steps took 20-30 s, so the group sometimes never reached 3 engines before the job ended.
-const std::vector<std::string> kElasticRun{"--steps", "600", "--sft-steps", "100", "--heldout-size", "100", "--train-size", "400",
-                                           "--prompts", "16", "--eval-every", "25", "--kl", "0.04"};
+const std::vector<std::string> kElasticRun{"--steps", "600", "--sft-steps", "100", "--sft-target-nll", "0",
+                                           "--heldout-size", "100", "--train-size", "400", "--prompts", "16",
+                                           "--eval-every", "25", "--kl", "0.04"};
 
 TEST_CASE("GRPO draws the same samples on 1 rollout engine, on 3, and on an elastic group that goes 1 -> 3 -> 2 mid-run") {
   test_support::TempDir dir("troupe-grpo-elastic");
@@ -155,8 +158,9 @@ TEST_CASE("the GRPO example runs as a job, its binaries as the working directory
   itest::Cluster c("CPU=4");
   const std::string bin = std::filesystem::path(TROUPE_GRPO).parent_path().string();
   const std::string run_dir = dir.path + "/run";
-  auto r = c.job({"submit", "--working-dir", bin, "--", "./grpo", "--steps", "3", "--sft-steps", "20", "--heldout-size", "50",
-                  "--train-size", "200", "--prompts", "8", "--eval-every", "3", "--worker-processes", "--run-dir", run_dir},
+  auto r = c.job({"submit", "--working-dir", bin, "--", "./grpo", "--steps", "3", "--sft-steps", "20", "--sft-target-nll",
+                  "0", "--heldout-size", "50", "--train-size", "200", "--prompts", "8", "--eval-every", "3",
+                  "--worker-processes", "--run-dir", run_dir},
                  std::chrono::seconds(150));
   INFO(r.output);
   REQUIRE(r.status == 0);
@@ -175,8 +179,8 @@ TEST_CASE("a GRPO job whose first attempt fails after a checkpoint resumes from 
   const std::string bin = std::filesystem::path(TROUPE_GRPO).parent_path().string();
   const std::string run_dir = dir.path + "/run";
   // Attempt 1 checkpoints after 2 of 4 steps and then fails; attempt 2 is the same command.
-  const std::string grpo = "./grpo --steps 4 --sft-steps 20 --heldout-size 50 --train-size 200 --prompts 8 "
-                           "--eval-every 2 --checkpoint-every 2 --run-dir " + run_dir;
+  const std::string grpo = "./grpo --steps 4 --sft-steps 20 --sft-target-nll 0 --heldout-size 50 --train-size 200 "
+                           "--prompts 8 --eval-every 2 --checkpoint-every 2 --run-dir " + run_dir;
   auto r = c.job({"submit", "--working-dir", bin, "--max-attempts", "2", "--", "sh", "-c",
                   "if [ \"$TROUPE_JOB_ATTEMPT\" = 1 ]; then " + grpo + " --stop-after 2; exit 3; fi; exec " + grpo},
                  std::chrono::seconds(170));
