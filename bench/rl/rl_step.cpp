@@ -86,14 +86,26 @@ class PlainRoles {
     lap(out.seconds.rollout);
     const auto rewards = reward_.score(rl::score_items(problems, config_.algo.group_size, samples, tokenizer_));
     lap(out.seconds.reward);
-    // GRPO with beta 0 asks no reference (rl/src/grpo.cpp); PPO and DPO always do.
-    const bool need_ref = config_.algo.name != "grpo" || config_.algo.kl_coef != 0;
-    const auto ref = need_ref ? reference_.logprobs(actors::LogprobRequest{samples.tokens, samples.attn_mask, config_.algo.temperature})
-                              : TensorView{};
-    std::optional<TensorView> values;
-    if (critic_) values = critic_->head_values(actors::SequenceBatch{samples.tokens, samples.attn_mask}, "value");
-    lap(out.seconds.reference);
-    out.loss = update(samples, ref, values, rewards);
+    if (config_.algo.name == "dpo") {   // the reference scores the pairs' rows only (rl/src/dpo.cpp)
+      const auto pairs = rl::preference_pairs(rewards, config_.algo.group_size);
+      std::optional<actors::TrainBatch> batch;
+      if (!pairs.empty()) {
+        batch = rl::dpo_batch(samples, pairs, config_.algo.dpo_beta, config_.algo.dpo_ipo, config_.algo.micro_batches);
+        rl::add_reference_logprobs(*batch, reference_.logprobs(actors::LogprobRequest{batch->tokens, batch->attn_mask,
+                                                                                      config_.algo.temperature}));
+      }
+      lap(out.seconds.reference);
+      out.loss = batch ? trainer_.train_step(*batch).loss : 0;
+    } else {
+      // GRPO with beta 0 asks no reference (rl/src/grpo.cpp); PPO always does.
+      const bool need_ref = config_.algo.name != "grpo" || config_.algo.kl_coef != 0;
+      const auto ref = need_ref ? reference_.logprobs(actors::LogprobRequest{samples.tokens, samples.attn_mask, config_.algo.temperature})
+                                : TensorView{};
+      std::optional<TensorView> values;
+      if (critic_) values = critic_->head_values(actors::SequenceBatch{samples.tokens, samples.attn_mask}, "value");
+      lap(out.seconds.reference);
+      out.loss = update(samples, ref, values, rewards);
+    }
     lap(out.seconds.train);
     rollout_.update_weights(trainer_.weights());
     lap(out.seconds.sync);
@@ -106,7 +118,7 @@ class PlainRoles {
   }
 
  private:
-  // The algorithm's update, as its file in rl/src does it through the actors.
+  // GRPO's or PPO's update, as its file in rl/src does it through the actors.
   double update(const actors::RolloutBatch& samples, const TensorView& ref, const std::optional<TensorView>& values,
                 const std::vector<actors::RewardResult>& rewards) {
     const auto& c = config_;
@@ -114,11 +126,6 @@ class PlainRoles {
       std::vector<float> r;
       for (auto& x : rewards) r.push_back(x.reward);
       return trainer_.train_step(rl::grpo_batch(samples, ref, rl::group_advantages(r, c.algo.group_size), c)).loss;
-    }
-    if (c.algo.name == "dpo") {
-      const auto pairs = rl::preference_pairs(rewards, c.algo.group_size);
-      if (pairs.empty()) return 0;
-      return trainer_.train_step(rl::dpo_batch(samples, ref, pairs, c.algo.dpo_beta, c.algo.dpo_ipo, c.algo.micro_batches)).loss;
     }
     const auto b = rl::ppo_batches(samples, ref, *values, rewards, c.algo.kl_coef, c);
     const std::int64_t n = samples.tokens.shape[0], rows = (n + c.algo.mini_batches - 1) / c.algo.mini_batches;

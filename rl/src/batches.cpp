@@ -108,32 +108,36 @@ TensorView gather_rows(const TensorView& t, const std::vector<std::int64_t>& row
 
 }  // namespace
 
-actors::TrainBatch dpo_batch(const actors::RolloutBatch& rollout, const TensorView& ref_logp,
-                             const std::vector<std::int64_t>& pairs, double beta, bool ipo, std::int32_t micro_batches) {
+actors::TrainBatch dpo_batch(const actors::RolloutBatch& rollout, const std::vector<std::int64_t>& pairs, double beta, bool ipo,
+                             std::int32_t micro_batches) {
   if (pairs.size() % 2 != 0) throw std::invalid_argument("dpo_batch: pairs come as (chosen, rejected) rows");
-  if (ref_logp.dtype != DType::F32 || ref_logp.shape != rollout.response_mask.shape) {
-    throw std::invalid_argument("dpo_batch: ref_logp must be f32 [N, T] like the rollout's response mask");
-  }
   actors::TrainBatch b;
   b.objective = "dpo";
   b.tokens = gather_rows(rollout.tokens, pairs);
   b.attn_mask = gather_rows(rollout.attn_mask, pairs);
   b.loss_mask = gather_rows(rollout.response_mask, pairs);
-  const std::int64_t t = rollout.response_mask.shape.at(1);
-  std::vector<float> ref_seq(pairs.size());
-  for (std::size_t k = 0; k < pairs.size(); ++k) {
-    double sum = 0;   // the response's log-likelihood under the reference
-    const auto row = pairs[k] * t;
-    for (std::int64_t j = 0; j < t; ++j) {
-      if (rollout.response_mask.data_as<bool>()[row + j]) sum += ref_logp.data_as<float>()[row + j];
-    }
-    ref_seq[k] = float(sum);
-  }
-  b.inputs = {{"ref_seq_logp", vector_view(ref_seq)}};
   b.options = {{"beta", beta}, {"ipo", ipo ? 1.0 : 0.0}};
   b.micro_batches = micro_batches;
   b.row_group = 2;
   return b;
+}
+
+void add_reference_logprobs(actors::TrainBatch& batch, const TensorView& ref_logp) {
+  const TensorView& mask = batch.loss_mask;
+  if (ref_logp.dtype != DType::F32 || mask.dtype != DType::Bool || ref_logp.shape != mask.shape || mask.shape.size() != 2 ||
+      !ref_logp.is_contiguous() || !mask.is_contiguous()) {
+    throw std::invalid_argument("add_reference_logprobs: ref_logp must be f32 [R, T] like the batch's loss mask");
+  }
+  const std::int64_t rows = mask.shape[0], t = mask.shape[1];
+  std::vector<float> ref_seq(static_cast<std::size_t>(rows));
+  for (std::int64_t k = 0; k < rows; ++k) {
+    double sum = 0;   // the response's log-likelihood under the reference
+    for (std::int64_t j = k * t; j < (k + 1) * t; ++j) {
+      if (mask.data_as<bool>()[j]) sum += ref_logp.data_as<float>()[j];
+    }
+    ref_seq[std::size_t(k)] = float(sum);
+  }
+  batch.inputs["ref_seq_logp"] = vector_view(ref_seq);
 }
 
 std::vector<PreferencePair> reward_model_pairs(const std::vector<Problem>& problems, std::int32_t group_size,

@@ -1,7 +1,7 @@
 // DPO (Rafailov et al. 2023, arXiv:2305.18290) on a policy's own samples, in rounds. Every
 // dpo_round_steps steps, the current policy samples the prompts of the round's steps; a prompt with
-// a correct and a wrong answer gives a pair (preference_pairs); the reference's logprobs of each
-// pair are computed once, there. Each step of the round then minimises
+// a correct and a wrong answer gives a pair (preference_pairs), and the reference scores the pairs'
+// rows (those only) once, there. Each step of the round then minimises
 //   -log sigmoid(beta * ((log pi(y_w) - log pi_ref(y_w)) - (log pi(y_l) - log pi_ref(y_l))))
 // over its prompts' pairs (updates_per_batch optimizer steps; IPO's squared loss with dpo_ipo).
 // Round length 1 is online DPO (each step's own samples); round length = steps is offline DPO (every
@@ -100,7 +100,10 @@ class Dpo final : public Algorithm {
       clock.lap(&StepTimes::reward);
       const auto pairs = preference_pairs(s.rewards, c.algo.group_size);   // chosen, rejected, pair after pair
       s.pairs = std::int64_t(pairs.size() / 2);
-      if (s.pairs > 0) s.batch = dpo_batch(s.samples, run.reference_logprobs(s.samples), pairs, c.algo.dpo_beta, c.algo.dpo_ipo, c.algo.micro_batches);
+      if (s.pairs > 0) {   // the pairs' rows, chosen then rejected; the reference scores those only
+        s.batch = dpo_batch(s.samples, pairs, c.algo.dpo_beta, c.algo.dpo_ipo, c.algo.micro_batches);
+        add_reference_logprobs(s.batch, run.reference_logprobs(s.batch.tokens, s.batch.attn_mask));
+      }
       clock.lap(&StepTimes::reference);
       round_.push_back(std::move(s));
     }

@@ -321,8 +321,10 @@ std::vector<actors::RewardResult> Run::score(const std::vector<Problem>& problem
   return results;
 }
 
-TensorView Run::reference_logprobs(const actors::RolloutBatch& samples) {
-  const actors::LogprobRequest request{samples.tokens, samples.attn_mask, config_.algo.temperature};
+TensorView Run::reference_logprobs(const actors::RolloutBatch& samples) { return reference_logprobs(samples.tokens, samples.attn_mask); }
+
+TensorView Run::reference_logprobs(const TensorView& tokens, const TensorView& attn_mask) {
+  const actors::LogprobRequest request{tokens, attn_mask, config_.algo.temperature};
   return reference_.call(&actors::Reference::logprobs, request).get();
 }
 

@@ -259,7 +259,11 @@ TEST_CASE("build/bin/rloo, an algorithm written as a user writes one: 60 seeded 
   const auto summary = last_json_line(r.output);
   INFO(summary.dump());
   CHECK(summary["steps"] == 60);
-  CHECK(summary["sft_steps"] == 600);   // seed 1's warm-start loss is under the demo's floor by step 600
+  // The demo's band: 600 warm-start steps, more (to 1,500) while the loss is above its floor, fewer
+  // once under its ceiling. Which, for seed 1, depends on the CPU's BLAS kernels: 600 on VMs
+  // without AVX-512, 626 on one with it.
+  CHECK(summary["sft_steps"].get<int>() >= 100);
+  CHECK(summary["sft_steps"].get<int>() <= 1500);
   // Measured on seed 1, the demo's start: 0.492 -> 0.646 at step 60.
   CHECK(summary["final_heldout_acc"].get<double>() >= summary["sft_heldout_acc"].get<double>() + 0.08);
   // Accuracy by kind of problem (the operands' digit counts), at the start and the end.

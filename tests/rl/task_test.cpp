@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -185,7 +186,12 @@ TEST_CASE("a DPO batch holds the pairs' rows in order, their reference log-likel
     rollout.response_mask.data_as<bool>()[i] = i % 4 >= 2;
     ref.data_as<float>()[i] = -float(i);   // row r's response: -(4r + 2) - (4r + 3)
   }
-  auto b = dpo_batch(rollout, ref, {2, 0}, 0.1, false, 2);
+  auto b = dpo_batch(rollout, {2, 0}, 0.1, false, 2);
+  CHECK(b.inputs.count("ref_seq_logp") == 0);   // the reference has not scored the rows yet
+  auto ref_rows = troupe::TensorView::empty(troupe::DType::F32, {2, 4});   // its logprobs of rows 2 and 0
+  std::copy_n(ref.data_as<float>() + 8, 4, ref_rows.data_as<float>());
+  std::copy_n(ref.data_as<float>(), 4, ref_rows.data_as<float>() + 4);
+  add_reference_logprobs(b, ref_rows);
   CHECK(b.objective == "dpo");
   CHECK(b.row_group == 2);
   CHECK(b.micro_batches == 2);
@@ -197,8 +203,9 @@ TEST_CASE("a DPO batch holds the pairs' rows in order, their reference log-likel
   CHECK(seq.data_as<float>()[1] == doctest::Approx(-5.0));
   CHECK(b.options.at("beta") == doctest::Approx(0.1));
   CHECK(b.options.at("ipo") == 0.0);
-  CHECK_THROWS_AS(dpo_batch(rollout, ref, {2}, 0.1, false), std::invalid_argument);
-  CHECK_THROWS_AS(dpo_batch(rollout, ref, {2, 3}, 0.1, false), std::invalid_argument);
+  CHECK_THROWS_AS(dpo_batch(rollout, {2}, 0.1, false), std::invalid_argument);      // half a pair
+  CHECK_THROWS_AS(dpo_batch(rollout, {2, 3}, 0.1, false), std::invalid_argument);   // no row 3
+  CHECK_THROWS_AS(add_reference_logprobs(b, ref), std::invalid_argument);           // 3 rows' logprobs for 2 rows
 }
 
 TEST_CASE("the Trainer takes a DPO batch: one step with the dpo objective reports its metrics") {
@@ -220,7 +227,9 @@ TEST_CASE("the Trainer takes a DPO batch: one step with the dpo objective report
   policy.d_model = 16;
   policy.heads = 2;
   troupe::actors::Trainer trainer(troupe::actors::TrainerConfig{policy, troupe::actors::OptimConfig{}, 1});
-  auto m = trainer.train_step(dpo_batch(rollout, ref, {0, 1, 3, 2}, 0.1, false, 2));
+  auto batch = dpo_batch(rollout, {0, 1, 3, 2}, 0.1, false, 2);
+  add_reference_logprobs(batch, ref);   // every row's reference logprob is -2 a response token: any order of them
+  auto m = trainer.train_step(batch);
   CHECK(m.policy_version == 1);
   CHECK(std::isfinite(m.loss));
   CHECK(m.values.count("reward_accuracy") == 1);

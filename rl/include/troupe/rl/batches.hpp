@@ -33,11 +33,16 @@ TensorView vector_view(const std::vector<float>& values);
 std::vector<std::int64_t> preference_pairs(const std::vector<actors::RewardResult>& rewards, std::int32_t group_size);
 
 // The Trainer's batch for one DPO step over `pairs` (preference_pairs' rows of `rollout`): those
-// rows in pair order, the loss on the response, input ref_seq_logp [2K] (the reference's
-// sum over the response of its per-token logprobs `ref_logp` [N, T]), objective "dpo" with beta
-// (and ipo), row_group 2 so that no micro-batch splits a pair.
-actors::TrainBatch dpo_batch(const actors::RolloutBatch& rollout, const TensorView& ref_logp,
-                             const std::vector<std::int64_t>& pairs, double beta, bool ipo, std::int32_t micro_batches = 1);
+// rows in pair order, the loss on the response, objective "dpo" with beta (and ipo), row_group 2 so
+// that no micro-batch splits a pair. Its input ref_seq_logp is add_reference_logprobs' once the
+// reference has scored the batch's rows: only those, a quarter of a step's samples at most (group 8).
+actors::TrainBatch dpo_batch(const actors::RolloutBatch& rollout, const std::vector<std::int64_t>& pairs, double beta, bool ipo,
+                             std::int32_t micro_batches = 1);
+
+// Sets `batch`'s input ref_seq_logp [R]: each row's sum, over its loss mask, of the reference's
+// per-token logprobs `ref_logp` [R, T] of the batch's own rows. Throws std::invalid_argument unless
+// ref_logp is f32 and shaped like the loss mask.
+void add_reference_logprobs(actors::TrainBatch& batch, const TensorView& ref_logp);
 
 // Rows [begin, begin + n) of a batch: every [N, ...] tensor (tokens, masks, inputs) copied.
 actors::TrainBatch rows_of(const actors::TrainBatch& batch, std::int64_t begin, std::int64_t n);

@@ -306,6 +306,7 @@ class Run {
   // the verifier's; format_ok and correct stay the verifier's.
   std::vector<actors::RewardResult> score(const std::vector<Problem>& problems, const actors::RolloutBatch& samples);
   TensorView reference_logprobs(const actors::RolloutBatch& samples);   // [N, T] f32
+  TensorView reference_logprobs(const TensorView& tokens, const TensorView& attn_mask);   // of any rows: [R, T] f32
   // The configured estimator's one advantage per sample (config.algo.advantage).
   std::vector<float> advantages(const std::vector<actors::RewardResult>& rewards);
   actors::TrainMetrics train(const actors::TrainBatch& batch);          // one optimizer step of the policy
