@@ -20,6 +20,9 @@ struct Trainer::Impl {
   std::unique_ptr<Model> policy;   // the model it trains: a policy, a critic, a reward model
   AdamW optimizer;
   std::int64_t version = 0;
+  // This trainer's last publish: the store's id and the store version it wrote there. The next
+  // publish to that store, of a newer version, needs no look at the store's latest first.
+  std::uint64_t published_store = 0, published_version = 0;
   explicit Impl(TrainerConfig c) : config(std::move(c)), policy(init(config.policy)), optimizer(policy->parameters(), config.optim) {}
   static std::unique_ptr<Model> init(const PolicyConfig& pc) {
     auto m = make_model(pc);
@@ -122,15 +125,21 @@ void Trainer::set_optimizer(OptimConfig config) {
 
 std::int64_t Trainer::publish_to(ActorRef<WeightStore> store) {
   const auto v = std::uint64_t(impl_->version + kStoreVersionOffset);
-  const auto latest = store.call(&WeightStore::latest_version).get();
-  if (latest == v) return impl_->version;   // already there
-  if (latest > v) {   // e.g. a checkpoint of an older version was loaded: the engine would keep newer weights
-    throw std::invalid_argument("publish_to: the store holds version " + std::to_string(latest) +
-                                ", newer than this trainer's " + std::to_string(v) + "; use a fresh store");
-  }
+  const bool known = store.id() == impl_->published_store && v >= impl_->published_version;
+  if (known && v == impl_->published_version) return impl_->version;   // already there
+  if (!known) {   // a first publish there, or an older version since (a checkpoint loaded): look
+    const auto latest = store.call(&WeightStore::latest_version).get();
+    if (latest == v) return impl_->version;   // already there
+    if (latest > v) {   // the engine would keep newer weights
+      throw std::invalid_argument("publish_to: the store holds version " + std::to_string(latest) +
+                                  ", newer than this trainer's " + std::to_string(v) + "; use a fresh store");
+    }
+  }   // else a newer version than this trainer's last there: the store refuses it if another publisher went past it
   std::vector<NamedTensor> named;
   for (auto& [name, p] : impl_->policy->parameters()) named.push_back({name, to_view(p)});
   store.call(&WeightStore::publish, v, std::move(named)).get();   // copied before this returns
+  impl_->published_store = store.id();
+  impl_->published_version = v;
   return impl_->version;
 }
 

@@ -116,6 +116,8 @@ TEST_CASE("weights go trainer -> weight store -> rollout engine, version tagged,
   auto trainer = rt.spawn<Trainer>(troupe::Options{}, TrainerConfig{tiny_policy(), OptimConfig{}, 1});
   auto rollout = rt.spawn<RolloutEngine>(troupe::Options{}, RolloutConfig{tiny_policy(), 1, true});
   auto store = rt.spawn<troupe::WeightStore>(troupe::Options{});
+  const auto version0 = std::filesystem::temp_directory_path() / ("troupe-roles-publish-" + std::to_string(::getpid()));
+  trainer.call(&Trainer::save_checkpoint, version0.string()).get();
   CHECK(trainer.call(&Trainer::publish_to, store).get() == 0);
   CHECK(trainer.call(&Trainer::publish_to, store).get() == 0);   // already there: not published twice
   CHECK(rollout.call(&RolloutEngine::pull_weights, store).get() == 0);
@@ -132,6 +134,11 @@ TEST_CASE("weights go trainer -> weight store -> rollout engine, version tagged,
   REQUIRE(a.logprobs.numel() == b.logprobs.numel());
   for (std::int64_t i = 0; i < a.logprobs.numel(); ++i) CHECK(a.logprobs.data_as<float>()[i] == b.logprobs.data_as<float>()[i]);
   CHECK(a.responses == b.responses);
+  // Version 0 loaded again, after publishes: a version older than the store's is refused, not published.
+  CHECK(trainer.call(&Trainer::load_checkpoint, version0.string()).get() == 0);
+  CHECK_THROWS_WITH_AS(trainer.call(&Trainer::publish_to, store).get(), doctest::Contains("newer than this trainer's"),
+                       troupe::CallError);
+  std::filesystem::remove_all(version0);
 }
 
 TEST_CASE("the reference scores a batch with the logprobs its sampler reported") {
