@@ -12,4 +12,10 @@ std::unique_ptr<Algorithm> make_grpo(const RunConfig& config);
 std::unique_ptr<Algorithm> make_ppo(const RunConfig& config);
 std::unique_ptr<Algorithm> make_dpo(const RunConfig& config);
 
+// Whether the objective registered as `name` is grpo_objective itself (under any name), whose
+// loss a row with advantage 0 leaves unchanged when kl_coef is 0: grpo_batch may then leave such
+// groups out. False for any other function, a program's replacement registered as "grpo" too,
+// and for a name not registered.
+bool is_grpo_objective(const std::string& name);
+
 }  // namespace troupe::rl::detail

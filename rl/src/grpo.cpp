@@ -25,11 +25,12 @@ actors::TrainBatch grpo_batch(const actors::RolloutBatch& samples, const TensorV
   b.temperature = config.algo.temperature;
   b.micro_batches = config.algo.micro_batches;
   b.row_group = config.algo.group_size;   // a prompt's samples stay in one micro-batch
-  if (!config.algo.skip_zero_advantage || config.algo.kl_coef != 0 || b.objective != "grpo") return b;
+  if (!config.algo.skip_zero_advantage || config.algo.kl_coef != 0 || !detail::is_grpo_objective(b.objective)) return b;
   // With no KL term the clipped surrogate of a sample whose advantage is 0 is 0 whatever the
   // policy: a group that scored all alike (all right, all wrong) adds nothing to the gradient. The
   // update leaves such groups out, and loss_rows keeps the mean over every row: the same step, with
-  // the forward and backward passes of the groups that carry a gradient only.
+  // the forward and backward passes of the groups that carry a gradient only. That holds for
+  // grpo_objective, the function, not for the name "grpo": a program may register its own there.
   const auto g = std::size_t(std::max(1, config.algo.group_size));
   if (advantages.size() % g != 0) return b;   // not whole groups: the trainer refuses the batch as it is
   std::vector<std::int64_t> rows;

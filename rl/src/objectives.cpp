@@ -8,6 +8,7 @@
 #include "troupe/actors/policy.hpp"
 #include "troupe/kernels/kl.hpp"
 #include "troupe/kernels/policy_loss.hpp"
+#include "builtin_algorithms.hpp"
 
 namespace troupe::rl {
 namespace {
@@ -77,6 +78,16 @@ actors::ObjectiveOutput grpo_objective(const actors::ObjectiveInput& in) {
 }
 
 void register_grpo_objective() { actors::register_objective("grpo", &grpo_objective); }
+
+bool detail::is_grpo_objective(const std::string& name) {
+  try {
+    const actors::Objective f = actors::find_objective(name);
+    const auto* fn = f.target<actors::ObjectiveOutput (*)(const actors::ObjectiveInput&)>();
+    return fn != nullptr && *fn == &grpo_objective;
+  } catch (const std::exception&) {   // not registered: the trainer will say so
+    return false;
+  }
+}
 
 actors::ObjectiveOutput ppo_objective(const actors::ObjectiveInput& in) {
   auto need = [&](const char* k) -> const at::Tensor& { return actors::require_input(in, k, "ppo"); };

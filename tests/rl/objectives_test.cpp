@@ -347,6 +347,22 @@ TEST_CASE("GRPO's update leaves out the groups whose advantages are all 0 (beta 
     c.algo.objective = "test_marked_grpo";
     CHECK(grpo_batch(samples, troupe::TensorView{}, advantages, c).tokens.shape[0] == 8);
   }
+  SUBCASE("the skip follows grpo_objective, the function, not the name \"grpo\"") {
+    register_objective("test_grpo_alias", &troupe::rl::grpo_objective);   // the same math under another name
+    c.algo.objective = "test_grpo_alias";
+    CHECK(grpo_batch(samples, troupe::TensorView{}, advantages, c).tokens.shape[0] == 4);
+    // A program's own objective registered as "grpo" (here: GRPO's loss plus a term that every row
+    // feeds, an entropy-like bonus) is not known to ignore a row whose advantage is 0.
+    register_objective("grpo", [](const ObjectiveInput& in) {
+      auto out = troupe::rl::grpo_objective(in);
+      out.loss = out.loss + 0.01 * seq_mean_token_mean(in.logp, in.loss_mask);
+      return out;
+    });
+    c.algo.objective = "grpo";
+    CHECK(grpo_batch(samples, troupe::TensorView{}, advantages, c).tokens.shape[0] == 8);
+    register_grpo_objective();   // the library's again, for the cases after this one
+    CHECK(grpo_batch(samples, troupe::TensorView{}, advantages, c).tokens.shape[0] == 4);
+  }
   SUBCASE("no group with a gradient: one group stands for the batch, and the step is the whole batch's") {
     const std::vector<float> zeros(8, 0.0f);
     const auto one = grpo_batch(samples, troupe::TensorView{}, zeros, c);

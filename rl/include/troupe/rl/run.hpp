@@ -109,9 +109,10 @@ struct AlgoConfig {
   double kl_coef = 0.04;                 // beta (PPO: its initial value when kl_target > 0)
   std::int32_t updates_per_batch = 1;    // mu: optimizer steps on each batch of samples (PPO: epochs)
   std::int32_t micro_batches = 1;        // gradient accumulation inside each update
-  // GRPO, kl_coef 0, the "grpo" objective: leave the groups whose advantages are all 0 out of the
-  // update (they carry no gradient; the loss still averages over every row, so the update is the
-  // same). Only the entropy metric changes: it is over the updated samples.
+  // GRPO, kl_coef 0, the library's grpo_objective (under any name, but not a program's own objective
+  // registered as "grpo"): leave the groups whose advantages are all 0 out of the update (they carry
+  // no gradient; the loss still averages over every row, so the update is the same). Only the
+  // entropy metric changes: it is over the updated samples.
   bool skip_zero_advantage = true;
   // PPO: GAE, the critic (the policy's architecture with a value head, its own AdamW), the
   // adaptive KL controller (Ziegler et al. 2019; kl_target <= 0: kl_coef stays fixed).
