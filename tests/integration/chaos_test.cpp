@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 
@@ -64,6 +66,27 @@ int forking_driver(const std::string& arg) {
   for (;;) ::pause();
 }
 TROUPE_TEST_HELPER("forking-driver", forking_driver);
+
+// A test process with a cluster of a head and a node; prints "DIR HEAD_PID NODE_PID" (the pids
+// in any order), then waits to be killed.
+int cluster_owner(const std::string&) {
+  itest::Cluster cluster;
+  cluster.add_node("CPU=1");
+  std::cout << cluster.temp_dir();
+  for (pid_t p : cluster.daemon_pids()) std::cout << ' ' << p;
+  std::cout << std::endl;
+  for (;;) ::pause();
+}
+TROUPE_TEST_HELPER("cluster-owner", cluster_owner);
+
+// Whether pid is a process that has not exited (a zombie has).
+bool running(pid_t pid) {
+  if (::kill(pid, 0) != 0) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const auto paren = text.rfind(')');
+  return paren == std::string::npos || paren + 2 >= text.size() || text[paren + 2] != 'Z';
+}
 
 }  // namespace
 
@@ -155,6 +178,30 @@ TEST_CASE("kill -9 of a driver whose link a child process keeps open: the head s
   CHECK(reaped);
   // Reaped by its process's exit (the head's pidfd), not by the link's silence 2.5 s later.
   CHECK(cluster.actor(owned).value("reason", "").find("process exited") != std::string::npos);
+}
+
+TEST_CASE("kill -9 of a test process that owns a cluster: its guard stops the cluster's daemons and removes its files") {
+  int out = -1;
+  const pid_t owner = itest::start_helper("cluster-owner", "-", &out);
+  std::istringstream line(itest::read_line(out, 60s));
+  std::string dir;
+  line >> dir;
+  std::vector<pid_t> daemons;
+  for (pid_t p = 0; line >> p;) daemons.push_back(p);
+  REQUIRE(dir.rfind("/tmp/troupe-it-", 0) == 0);
+  REQUIRE(daemons.size() == 2);
+  for (pid_t p : daemons) CHECK(running(p));
+  REQUIRE(::kill(owner, SIGKILL) == 0);   // no destructor runs
+  ::waitpid(owner, nullptr, 0);
+  ::close(out);
+  auto gone = [&] {
+    return std::none_of(daemons.begin(), daemons.end(), running) && !std::filesystem::exists(dir);
+  };
+  for (int i = 0; i < 200 && !gone(); ++i) std::this_thread::sleep_for(50ms);
+  CHECK(gone());
+  for (pid_t p : daemons) {
+    if (running(p)) ::kill(p, SIGKILL);   // what the guard left, so that no daemon outlives this test
+  }
 }
 
 TEST_CASE("kill -9 of a worker restarts its actor until max_restarts, then calls fail with ActorDied") {

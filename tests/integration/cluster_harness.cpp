@@ -142,6 +142,43 @@ void reap_orphans() {
   }
 }
 
+namespace {
+
+// What stops a cluster whose test process went without its destructor running (SIGTERM, SIGINT,
+// a crash, kill -9, a ctest timeout): a shell that waits for its stdin, the read end of a pipe
+// whose only write end this process holds, to end (the kernel closes it however the process
+// goes), then kills that cluster's daemons and removes its directory. After a clean teardown it
+// finds nothing to do. It is detached (a grandchild in its own session), so that a kill of this
+// process's tree or group (ctest's timeout, a ^C) does not take it along. Returns the write end.
+int start_guard(const std::string& dir) {
+  static const char* const kScript =
+      "cat >/dev/null; d=$1; "
+      "for f in \"$d\"/pids/*; do p=$(cat \"$f\" 2>/dev/null) || continue; "
+      "tr '\\0' ' ' <\"/proc/$p/cmdline\" 2>/dev/null | grep -qF -- \"$d\" && { kill -CONT \"$p\"; kill -KILL \"$p\"; }; "
+      "done; sleep 0.2; rm -rf -- \"$d\"";
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2");
+  std::string sh = "/bin/sh", c = "-c", script = kScript, name = "troupe-it-guard", d = dir;
+  std::vector<char*> argv{sh.data(), c.data(), script.data(), name.data(), d.data(), nullptr};
+  const pid_t child = ::fork();
+  if (child < 0) throw std::runtime_error("fork");
+  if (child == 0) {   // async-signal-safe calls only until exec
+    if (::fork() != 0) ::_exit(0);
+    ::setsid();
+    ::dup2(fds[0], 0);   // dup2 clears CLOEXEC on the copy; the write end closes at exec
+    const int null = ::open("/dev/null", O_WRONLY);   // not the test's output: ctest waits for that to end
+    ::dup2(null, 1);
+    ::dup2(null, 2);
+    ::execv("/bin/sh", argv.data());
+    ::_exit(127);
+  }
+  ::waitpid(child, nullptr, 0);
+  ::close(fds[0]);
+  return fds[1];
+}
+
+}  // namespace
+
 Cluster::Cluster(const std::string& head_resources, const std::vector<std::string>& head_flags) {
   static const bool reaped = (reap_orphans(), true);
   (void)reaped;
@@ -149,6 +186,7 @@ Cluster::Cluster(const std::string& head_resources, const std::vector<std::strin
   if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp");
   dir_ = tmpl;
   std::ofstream(fs::path(dir_) / "owner") << ::getpid() << "\n";
+  guard_ = start_guard(dir_);
   int st = 0;
   std::vector<std::string> args{"start", "--head", "--port", "0", "--resources", head_resources};
   args.insert(args.end(), head_flags.begin(), head_flags.end());
@@ -174,6 +212,7 @@ Cluster::~Cluster() {
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::error_code ec;
   fs::remove_all(dir_, ec);
+  if (guard_ >= 0) ::close(guard_);   // its guard finds nothing left and exits
 }
 
 void Cluster::print_logs(std::size_t tail_lines) const {

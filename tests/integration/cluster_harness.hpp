@@ -41,8 +41,12 @@ CommandResult run(const std::vector<std::string>& argv, std::chrono::seconds tim
 
 class Cluster {
  public:
+  // Its daemons are stopped and its files removed by the destructor or, when this process goes
+  // without running it (a signal, a crash), by a guard process that outlives it.
   explicit Cluster(const std::string& head_resources = "CPU=2", const std::vector<std::string>& head_flags = {});
   ~Cluster();
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
 
   // Starts a node daemon; returns its pid (from its pid file).
   pid_t add_node(const std::string& resources, const std::vector<std::string>& flags = {});
@@ -67,6 +71,7 @@ class Cluster {
 
  private:
   std::string dir_, address_, token_;
+  int guard_ = -1;   // the write end of its guard's pipe
 };
 
 template <class Pred>
