@@ -14,6 +14,8 @@ find_package(Boost 1.74 REQUIRED)                # Asio / Beast, header-only
 find_package(SQLite3 REQUIRED)
 find_package(OpenSSL 3.0 REQUIRED)              # HMAC-SHA256 of the links' handshake
 find_package(LibArchive REQUIRED)              # job packages (tar): packed by the CLI, checked and unpacked by the daemons
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(libelf REQUIRED IMPORTED_TARGET libelf)   # the ELF files a node reads ahead before it starts a program
 find_package(doctest REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(nlohmann_json REQUIRED)

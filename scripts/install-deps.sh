@@ -16,6 +16,7 @@ PACKAGES=(
   libsqlite3-dev             # the head's store
   libssl-dev                 # HMAC of the control plane's handshake (OpenSSL 3)
   libarchive-dev             # job packages (tar)
+  libelf-dev                 # the libraries a program needs, read ahead before it starts
   libcli11-dev               # CLI flags
   nlohmann-json3-dev         # JSON (HTTP bodies, metrics, bench output)
   libspdlog-dev              # logs

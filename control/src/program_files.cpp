@@ -1,12 +1,13 @@
 // prefetch_program (process.hpp): a program's binary and the shared libraries it needs, read into
 // the page cache whole before it starts. The dependencies are read from the ELF files themselves
-// (each file is read ahead first, so that parsing it costs no further disk reads); every offset
-// and size in them is checked against the file: a job's binary is the user's bytes.
+// with libelf (each file is read ahead first, so that parsing it costs no further disk reads);
+// every offset and size in them is checked against the file: a job's binary is the user's bytes.
 #include "troupe/control/process.hpp"
 
-#include <elf.h>
 #include <fcntl.h>
+#include <gelf.h>
 #include <glob.h>
+#include <libelf.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -58,19 +60,6 @@ struct Fd {
   Fd& operator=(const Fd&) = delete;
 };
 
-bool read_at(int fd, void* out, std::uint64_t size, std::uint64_t offset, std::uint64_t file_size) {
-  if (offset > file_size || size > file_size - offset) return false;
-  auto* p = static_cast<char*>(out);
-  while (size > 0) {
-    const ssize_t n = ::pread(fd, p, size, off_t(offset));
-    if (n <= 0) return false;
-    p += n;
-    size -= std::uint64_t(n);
-    offset += std::uint64_t(n);
-  }
-  return true;
-}
-
 // What the loader reads of one object: the libraries it names, where it says to look for them,
 // and its interpreter (an executable's).
 struct Dynamic {
@@ -101,34 +90,60 @@ std::vector<std::string> search_list(const std::string& value, const std::string
   return out;
 }
 
-// The object's dynamic section, if `fd` is a 64-bit little-endian ELF file of `size` bytes.
-std::optional<Dynamic> read_dynamic(int fd, std::uint64_t size, const std::string& origin) {
-  Elf64_Ehdr eh{};
-  if (!read_at(fd, &eh, sizeof eh, 0, size)) return std::nullopt;
-  if (std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64 ||
-      eh.e_ident[EI_DATA] != ELFDATA2LSB || eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phnum > kMaxHeaders) {
-    return std::nullopt;
+// A libelf descriptor of an open file, ended on scope exit. ELF_C_READ maps nothing: libelf reads
+// what is asked for with pread, and refuses a range outside the file (a file cut short under it
+// gives an error, not SIGBUS).
+class ElfFile {
+ public:
+  explicit ElfFile(int fd) {
+    static const bool ready = ::elf_version(EV_CURRENT) != EV_NONE;
+    if (ready && fd >= 0) elf_ = ::elf_begin(fd, ELF_C_READ, nullptr);
   }
-  std::vector<Elf64_Phdr> ph(eh.e_phnum);
-  if (!read_at(fd, ph.data(), ph.size() * sizeof(Elf64_Phdr), eh.e_phoff, size)) return std::nullopt;
+  ~ElfFile() { ::elf_end(elf_); }   // null: nothing
+  ElfFile(const ElfFile&) = delete;
+  ElfFile& operator=(const ElfFile&) = delete;
+
+  Elf* get() const { return elf_; }
+  // A 64-bit ELF object (libelf converts its byte order).
+  bool elf64() const { return elf_ != nullptr && ::elf_kind(elf_) == ELF_K_ELF && ::gelf_getclass(elf_) == ELFCLASS64; }
+  // `size` bytes at `offset` of the file, or null when they are not all in it.
+  Elf_Data* bytes(std::uint64_t offset, std::uint64_t size, Elf_Type type = ELF_T_BYTE) const {
+    if (offset > std::uint64_t(std::numeric_limits<std::int64_t>::max())) return nullptr;
+    return ::elf_getdata_rawchunk(elf_, std::int64_t(offset), std::size_t(size), type);
+  }
+
+ private:
+  Elf* elf_ = nullptr;
+};
+
+// The object's dynamic section, if `file` (of `size` bytes) is a 64-bit ELF file.
+std::optional<Dynamic> read_dynamic(const ElfFile& file, std::uint64_t size, const std::string& origin) {
+  std::size_t headers = 0;
+  if (!file.elf64() || ::elf_getphdrnum(file.get(), &headers) != 0 || headers > kMaxHeaders) return std::nullopt;
+  std::vector<GElf_Phdr> ph(headers);
+  for (std::size_t i = 0; i < headers; ++i) {
+    if (::gelf_getphdr(file.get(), int(i), &ph[i]) == nullptr) return std::nullopt;
+  }
   Dynamic d;
-  const Elf64_Phdr* dyn = nullptr;
+  const GElf_Phdr* dyn = nullptr;
   for (const auto& h : ph) {
     if (h.p_type == PT_DYNAMIC) dyn = &h;
     // The first PT_INTERP, as the kernel takes it.
     if (h.p_type == PT_INTERP && d.interpreter.empty() && h.p_filesz > 1 && h.p_filesz < 4096) {
-      std::string interp(h.p_filesz, '\0');
-      if (read_at(fd, interp.data(), interp.size(), h.p_offset, size)) d.interpreter = interp.c_str();
+      if (const Elf_Data* s = file.bytes(h.p_offset, h.p_filesz)) {
+        d.interpreter.assign(static_cast<const char*>(s->d_buf), ::strnlen(static_cast<const char*>(s->d_buf), s->d_size));
+      }
     }
   }
   if (dyn == nullptr) return d;   // static: nothing more to load
-  const std::uint64_t dyn_bytes = std::min<std::uint64_t>(dyn->p_filesz, kMaxDynamic);
-  std::vector<Elf64_Dyn> entries(dyn_bytes / sizeof(Elf64_Dyn));
-  if (!read_at(fd, entries.data(), entries.size() * sizeof(Elf64_Dyn), dyn->p_offset, size)) return std::nullopt;
+  const std::uint64_t dyn_bytes = std::min<std::uint64_t>(dyn->p_filesz, kMaxDynamic) / sizeof(Elf64_Dyn) * sizeof(Elf64_Dyn);
+  if (dyn_bytes == 0) return d;
+  Elf_Data* entries = file.bytes(dyn->p_offset, dyn_bytes, ELF_T_DYN);
+  if (entries == nullptr) return std::nullopt;
   std::uint64_t strtab = 0, strsz = 0;
   std::vector<std::uint64_t> needed, rpath, runpath;   // offsets into the string table
-  for (const auto& e : entries) {
-    if (e.d_tag == DT_NULL) break;
+  GElf_Dyn e{};
+  for (int i = 0; ::gelf_getdyn(entries, i, &e) != nullptr && e.d_tag != DT_NULL; ++i) {
     switch (e.d_tag) {
       case DT_STRTAB: strtab = e.d_un.d_ptr; break;
       case DT_STRSZ: strsz = e.d_un.d_val; break;
@@ -156,14 +171,13 @@ std::optional<Dynamic> read_dynamic(int fd, std::uint64_t size, const std::strin
   if (!at || *at >= size) return d;
   // One string of the table (a C++ library's runs to megabytes: only the names are read): "" for
   // an offset outside it, or a name of kMaxName bytes or more.
-  std::string buf;
   auto text = [&](std::uint64_t off) {
     if (off >= strsz || off >= size - *at) return std::string();
-    const std::uint64_t n = std::min<std::uint64_t>({kMaxName, strsz - off, size - *at - off});
-    buf.assign(n, '\0');
-    if (!read_at(fd, buf.data(), n, *at + off, size)) return std::string();
-    const std::size_t len = ::strnlen(buf.data(), n);
-    return len < n ? std::string(buf.data(), len) : std::string();
+    const Elf_Data* s = file.bytes(*at + off, std::min<std::uint64_t>({kMaxName, strsz - off, size - *at - off}));
+    if (s == nullptr) return std::string();
+    const auto* p = static_cast<const char*>(s->d_buf);
+    const std::size_t len = ::strnlen(p, s->d_size);
+    return len < s->d_size ? std::string(p, len) : std::string();
   };
   for (auto off : needed) {
     if (auto name = text(off); !name.empty()) d.needed.push_back(std::move(name));
@@ -213,11 +227,7 @@ std::vector<std::string> system_dirs() {
   return dirs;
 }
 
-bool is_elf64(const Fd& f) {
-  Elf64_Ehdr eh{};
-  return f.fd >= 0 && read_at(f.fd, &eh, sizeof eh, 0, f.size) && std::memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 &&
-         eh.e_ident[EI_CLASS] == ELFCLASS64;
-}
+bool is_elf64(const Fd& f) { return ElfFile(f.fd).elf64(); }
 
 // The first 64-bit ELF file named `name` in `dirs`.
 std::optional<std::string> find_in(const std::string& name, const std::vector<std::string>& dirs) {
@@ -264,11 +274,13 @@ Prefetched prefetch_program(const std::string& binary, const std::string& ld_lib
       const std::string file = fs::weakly_canonical(item.path, ec).string();
       if (ec || !seen.insert(file).second) continue;
       Fd f(file);
-      if (f.fd < 0 || (!first && !is_elf64(f))) continue;   // the program itself may be a script
+      if (f.fd < 0) continue;
+      const ElfFile elf(f.fd);
+      if (!first && !elf.elf64()) continue;   // the program itself may be a script
       ::readahead(f.fd, 0, f.size);   // whole, in order: what follows reads from the cache
       out.files.push_back(file);
       out.bytes += f.size;
-      const auto dynamic = read_dynamic(f.fd, f.size, fs::path(file).parent_path().string());
+      const auto dynamic = read_dynamic(elf, f.size, fs::path(file).parent_path().string());
       if (!dynamic) continue;
       if (first && !dynamic->interpreter.empty() && dynamic->interpreter.front() == '/') {
         queue.push_back({dynamic->interpreter, {}});

@@ -20,7 +20,7 @@ runtime_depends=$(dpkg-deb -f "$runtime_deb" Depends)
 dev_depends=$(dpkg-deb -f "$dev_deb" Depends)
 echo "troupe Depends: $runtime_depends"
 echo "libtroupe-dev Depends: $dev_depends"
-for pkg in libcaf-core0.17 libucx0 libsqlite3-0 libssl3 libspdlog1.10 libc6 libstdc++6; do
+for pkg in libcaf-core0.17 libucx0 libsqlite3-0 libssl3 libarchive13 libelf1 libspdlog1.10 libc6 libstdc++6; do
   grep -q "\b$pkg\b" <<< "$runtime_depends" || { echo "troupe does not depend on $pkg" >&2; exit 1; }
 done
 version=$(dpkg-deb -f "$runtime_deb" Version)
