@@ -169,6 +169,7 @@ int start_guard(const std::string& dir) {
     const int null = ::open("/dev/null", O_WRONLY);   // not the test's output: ctest waits for that to end
     ::dup2(null, 1);
     ::dup2(null, 2);
+    ::close_range(3, ~0u, 0);   // nothing else of this process's: a pipe it held would never end
     ::execv("/bin/sh", argv.data());
     ::_exit(127);
   }
