@@ -125,9 +125,10 @@ void Trainer::set_optimizer(OptimConfig config) {
 
 std::int64_t Trainer::publish_to(ActorRef<WeightStore> store) {
   const auto v = std::uint64_t(impl_->version + kStoreVersionOffset);
-  const bool known = store.id() == impl_->published_store && v >= impl_->published_version;
-  if (known && v == impl_->published_version) return impl_->version;   // already there
-  if (!known) {   // a first publish there, or an older version since (a checkpoint loaded): look
+  const bool newer = store.id() == impl_->published_store && v > impl_->published_version;
+  // A first publish there, the same version again (the store may have been cleared since) or an
+  // older one (a checkpoint loaded): look.
+  if (!newer) {
     const auto latest = store.call(&WeightStore::latest_version).get();
     if (latest == v) return impl_->version;   // already there
     if (latest > v) {   // the engine would keep newer weights

@@ -124,6 +124,10 @@ TEST_CASE("weights go trainer -> weight store -> rollout engine, version tagged,
   trainer.call(&Trainer::train_step, copy_batch(4)).get();
   CHECK(trainer.call(&Trainer::publish_to, store).get() == 1);
   CHECK(store.call(&troupe::WeightStore::latest_version).get() == 1 + std::uint64_t(kStoreVersionOffset));
+  store.call(&troupe::WeightStore::clear).get();   // forgotten: the same version again is published, not taken as there
+  CHECK(store.call(&troupe::WeightStore::latest_version).get() == 0);
+  CHECK(trainer.call(&Trainer::publish_to, store).get() == 1);
+  CHECK(store.call(&troupe::WeightStore::latest_version).get() == 1 + std::uint64_t(kStoreVersionOffset));
   CHECK(rollout.call(&RolloutEngine::pull_weights, store).get() == 1);
   GenerateRequest req{{{1, 2}, {3}}, 2, SamplingParams{1.0f, 1.0f, 4, 7, 11}, {}, 0};
   CHECK(rollout.call(&RolloutEngine::generate, req).get().policy_version == std::vector<std::int64_t>(4, 1));

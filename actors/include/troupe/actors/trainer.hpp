@@ -40,9 +40,9 @@ class Trainer {
   // versions start at 1; see kStoreVersionOffset), unless it already holds that version. One
   // copy into the store's buffer; returns the policy version published. Throws
   // std::invalid_argument when the store holds a newer version (a checkpoint was loaded since). It
-  // asks the store its latest version only on a first publish there, or when its version is below
-  // its last publish there: else a newer version goes straight in (the store refuses one that is
-  // not above its latest, should another publisher have gone past).
+  // asks the store its latest version unless its version is above its last publish there: a newer
+  // version goes straight in (the store refuses one that is not above its latest, should another
+  // publisher have gone past).
   std::int64_t publish_to(ActorRef<WeightStore> store);
   std::int64_t policy_version();
 
