@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -81,7 +82,7 @@ std::string read_all(int fd, std::chrono::milliseconds timeout) {
 
 CommandResult run(const std::vector<std::string>& argv, std::chrono::seconds timeout) {
   int pipefd[2];
-  if (::pipe(pipefd) != 0) throw std::runtime_error("pipe");
+  if (::pipe2(pipefd, O_CLOEXEC) != 0) throw std::runtime_error("pipe");   // no other child keeps it open
   pid_t pid = ::fork();
   if (pid == 0) {
     ::dup2(pipefd[1], STDOUT_FILENO);
@@ -160,20 +161,27 @@ int start_guard(const std::string& dir) {
   if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2");
   std::string sh = "/bin/sh", c = "-c", script = kScript, name = "troupe-it-guard", d = dir;
   std::vector<char*> argv{sh.data(), c.data(), script.data(), name.data(), d.data(), nullptr};
+  const long open_max = ::sysconf(_SC_OPEN_MAX);
   const pid_t child = ::fork();
   if (child < 0) throw std::runtime_error("fork");
   if (child == 0) {   // async-signal-safe calls only until exec
-    if (::fork() != 0) ::_exit(0);
+    if (::_Fork() != 0) ::_exit(0);
     ::setsid();
-    ::dup2(fds[0], 0);   // dup2 clears CLOEXEC on the copy; the write end closes at exec
+    // The read end as stdin (dup2 clears CLOEXEC on the copy; already 0 when this process had no
+    // stdin); the write end closes at exec.
+    if (fds[0] == 0) ::fcntl(0, F_SETFD, 0);
+    else ::dup2(fds[0], 0);
     const int null = ::open("/dev/null", O_WRONLY);   // not the test's output: ctest waits for that to end
     ::dup2(null, 1);
     ::dup2(null, 2);
-    ::close_range(3, ~0u, 0);   // nothing else of this process's: a pipe it held would never end
+    // Nothing else of this process's: a pipe it held would never end.
+    if (::close_range(3, ~0u, 0) != 0)
+      for (long fd = 3; fd < open_max; ++fd) ::close(int(fd));
     ::execv("/bin/sh", argv.data());
     ::_exit(127);
   }
-  ::waitpid(child, nullptr, 0);
+  while (::waitpid(child, nullptr, 0) < 0 && errno == EINTR) {
+  }
   ::close(fds[0]);
   return fds[1];
 }
@@ -188,16 +196,21 @@ Cluster::Cluster(const std::string& head_resources, const std::vector<std::strin
   dir_ = tmpl;
   std::ofstream(fs::path(dir_) / "owner") << ::getpid() << "\n";
   guard_ = start_guard(dir_);
-  int st = 0;
-  std::vector<std::string> args{"start", "--head", "--port", "0", "--resources", head_resources};
-  args.insert(args.end(), head_flags.begin(), head_flags.end());
-  std::string out = cli(args, &st);
-  std::smatch m;
-  if (st != 0 || !std::regex_search(out, m, std::regex("started at (\\S+)"))) {
-    throw std::runtime_error("troupe start --head failed: " + out);
+  try {
+    int st = 0;
+    std::vector<std::string> args{"start", "--head", "--port", "0", "--resources", head_resources};
+    args.insert(args.end(), head_flags.begin(), head_flags.end());
+    std::string out = cli(args, &st);
+    std::smatch m;
+    if (st != 0 || !std::regex_search(out, m, std::regex("started at (\\S+)"))) {
+      throw std::runtime_error("troupe start --head failed: " + out);
+    }
+    address_ = m[1];
+    std::ifstream(fs::path(dir_) / "session_latest" / "token") >> token_;
+  } catch (...) {   // no destructor runs: the guard stops what started and removes the files
+    ::close(guard_);
+    throw;
   }
-  address_ = m[1];
-  std::ifstream(fs::path(dir_) / "session_latest" / "token") >> token_;
 }
 
 Cluster::~Cluster() {
