@@ -30,6 +30,7 @@ namespace fs = std::filesystem;
 // Bounds on what one program's files can make the walk do: a job's files are the user's bytes.
 constexpr std::size_t kMaxFiles = 1024;
 constexpr std::uint16_t kMaxHeaders = 512;          // program headers of one file
+constexpr std::uint16_t kMaxSections = 4096;        // section headers of one file (libelf allocates for each)
 constexpr std::uint64_t kMaxDynamic = 64u << 10;    // bytes of its dynamic section
 constexpr std::size_t kMaxNeeded = 256;             // libraries one object names
 constexpr std::size_t kMaxDirs = 64;                // directories one object's search looks in
@@ -90,9 +91,9 @@ std::vector<std::string> search_list(const std::string& value, const std::string
   return out;
 }
 
-// A libelf descriptor of an open file, ended on scope exit. ELF_C_READ maps nothing: libelf reads
-// what is asked for with pread, and refuses a range outside the file (a file cut short under it
-// gives an error, not SIGBUS).
+// A libelf descriptor of an open file (one is_elf64 accepted), ended on scope exit. ELF_C_READ maps
+// nothing: libelf reads what is asked for with pread, and refuses a range outside the file (a file
+// cut short under it gives an error, not SIGBUS).
 class ElfFile {
  public:
   explicit ElfFile(int fd) {
@@ -104,7 +105,6 @@ class ElfFile {
   ElfFile& operator=(const ElfFile&) = delete;
 
   Elf* get() const { return elf_; }
-  // A 64-bit ELF object (libelf converts its byte order).
   bool elf64() const { return elf_ != nullptr && ::elf_kind(elf_) == ELF_K_ELF && ::gelf_getclass(elf_) == ELFCLASS64; }
   // `size` bytes at `offset` of the file, or null when they are not all in it.
   Elf_Data* bytes(std::uint64_t offset, std::uint64_t size, Elf_Type type = ELF_T_BYTE) const {
@@ -227,7 +227,18 @@ std::vector<std::string> system_dirs() {
   return dirs;
 }
 
-bool is_elf64(const Fd& f) { return ElfFile(f.fd).elf64(); }
+// Whether `f` starts with the header of a 64-bit little-endian ELF file whose section count
+// libelf can be given. elf_begin allocates for every section (~200 bytes each) before anything else
+// is read, so a header claiming 65,535 sections, or millions with extended numbering, would cost
+// the node's daemon that much for a user's file; the loader reads no sections, and real objects
+// have tens of them.
+bool is_elf64(const Fd& f) {
+  Elf64_Ehdr eh{};
+  if (f.fd < 0 || f.size < sizeof eh || ::pread(f.fd, &eh, sizeof eh, 0) != ssize_t(sizeof eh)) return false;
+  return std::memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 && eh.e_ident[EI_CLASS] == ELFCLASS64 &&
+         eh.e_ident[EI_DATA] == ELFDATA2LSB && (eh.e_phnum == 0 || eh.e_phentsize == sizeof(Elf64_Phdr)) &&
+         eh.e_shnum <= kMaxSections && (eh.e_shnum != 0 || eh.e_shoff == 0);
+}
 
 // The first 64-bit ELF file named `name` in `dirs`.
 std::optional<std::string> find_in(const std::string& name, const std::vector<std::string>& dirs) {
@@ -275,12 +286,13 @@ Prefetched prefetch_program(const std::string& binary, const std::string& ld_lib
       if (ec || !seen.insert(file).second) continue;
       Fd f(file);
       if (f.fd < 0) continue;
-      const ElfFile elf(f.fd);
-      if (!first && !elf.elf64()) continue;   // the program itself may be a script
+      const bool elf64 = is_elf64(f);
+      if (!first && !elf64) continue;   // the program itself may be a script
       ::readahead(f.fd, 0, f.size);   // whole, in order: what follows reads from the cache
       out.files.push_back(file);
       out.bytes += f.size;
-      const auto dynamic = read_dynamic(elf, f.size, fs::path(file).parent_path().string());
+      if (!elf64) continue;
+      const auto dynamic = read_dynamic(ElfFile(f.fd), f.size, fs::path(file).parent_path().string());
       if (!dynamic) continue;
       if (first && !dynamic->interpreter.empty() && dynamic->interpreter.front() == '/') {
         queue.push_back({dynamic->interpreter, {}});

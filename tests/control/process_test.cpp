@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -134,6 +135,26 @@ TEST_CASE("prefetch_program reads a file that is no ELF, a cut one or a corrupte
     REQUIRE(!got.files.empty());
     CHECK(got.files.front() == canonical(bad));
     CHECK(std::set<std::string>(got.files.begin(), got.files.end()).size() == got.files.size());
+  }
+}
+
+TEST_CASE("prefetch_program reads a program whose header claims too many sections as itself, without parsing it") {
+  // libelf allocates for every section a header claims before reading anything: such a header
+  // (65,535 sections, or extended numbering's count in section 0) is refused before libelf sees it.
+  test_support::TempDir dir("troupe-prefetch");
+  const std::string small = bytes_of("/bin/true");
+  REQUIRE(small.size() > 64);
+  const std::string path = dir.path + "/program";
+  write(path, small);
+  CHECK(prefetch_program(path).files.size() > 1);   // itself and the libraries it needs
+  constexpr std::size_t kShnum = 60;                  // Elf64_Ehdr::e_shnum
+  for (std::uint16_t shnum : {std::uint16_t(0xffff), std::uint16_t(0)}) {   // 0 with e_shoff set: extended numbering
+    std::string b = small;
+    std::memcpy(b.data() + kShnum, &shnum, sizeof shnum);
+    write(path, b);
+    const auto got = prefetch_program(path);
+    REQUIRE(got.files.size() == 1);
+    CHECK(got.files.front() == canonical(path));
   }
 }
 
