@@ -9,7 +9,6 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <sstream>
 
@@ -78,15 +77,6 @@ int cluster_owner(const std::string&) {
   for (;;) ::pause();
 }
 TROUPE_TEST_HELPER("cluster-owner", cluster_owner);
-
-// Whether pid is a process that has not exited (a zombie has).
-bool running(pid_t pid) {
-  if (::kill(pid, 0) != 0) return false;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  const auto paren = text.rfind(')');
-  return paren == std::string::npos || paren + 2 >= text.size() || text[paren + 2] != 'Z';
-}
 
 }  // namespace
 
@@ -190,17 +180,17 @@ TEST_CASE("kill -9 of a test process that owns a cluster: its guard stops the cl
   for (pid_t p = 0; line >> p;) daemons.push_back(p);
   REQUIRE(dir.rfind("/tmp/troupe-it-", 0) == 0);
   REQUIRE(daemons.size() == 2);
-  for (pid_t p : daemons) CHECK(running(p));
+  for (pid_t p : daemons) CHECK(!itest::process_gone(p));
   REQUIRE(::kill(owner, SIGKILL) == 0);   // no destructor runs
   ::waitpid(owner, nullptr, 0);
   ::close(out);
   auto gone = [&] {
-    return std::none_of(daemons.begin(), daemons.end(), running) && !std::filesystem::exists(dir);
+    return std::all_of(daemons.begin(), daemons.end(), itest::process_gone) && !std::filesystem::exists(dir);
   };
   for (int i = 0; i < 200 && !gone(); ++i) std::this_thread::sleep_for(50ms);
   CHECK(gone());
   for (pid_t p : daemons) {
-    if (running(p)) ::kill(p, SIGKILL);   // what the guard left, so that no daemon outlives this test
+    if (!itest::process_gone(p)) ::kill(p, SIGKILL);   // what the guard left, so that no daemon outlives this test
   }
 }
 

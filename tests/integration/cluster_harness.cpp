@@ -80,6 +80,13 @@ std::string read_all(int fd, std::chrono::milliseconds timeout) {
   return read_until(fd, timeout, [](const std::string&) { return false; });
 }
 
+bool process_gone(pid_t pid) {
+  std::string line;
+  if (troupe::read_proc_file("/proc/" + std::to_string(pid) + "/stat", line) != 0 || line.empty()) return true;
+  const auto paren = line.rfind(')');
+  return paren != std::string::npos && line.size() > paren + 2 && line[paren + 2] == 'Z';
+}
+
 CommandResult run(const std::vector<std::string>& argv, std::chrono::seconds timeout) {
   int pipefd[2];
   if (::pipe2(pipefd, O_CLOEXEC) != 0) throw std::runtime_error("pipe");   // no other child keeps it open
@@ -148,19 +155,17 @@ namespace {
 // What stops a cluster whose test process went without its destructor running (SIGTERM, SIGINT,
 // a crash, kill -9, a ctest timeout): a shell that waits for its stdin, the read end of a pipe
 // whose only write end this process holds, to end (the kernel closes it however the process
-// goes), then kills that cluster's daemons and removes its directory. After a clean teardown it
-// finds nothing to do. It is detached (a grandchild in its own session), so that a kill of this
-// process's tree or group (ctest's timeout, a ^C) does not take it along. Returns the write end.
+// goes), then does what the destructor does: `troupe stop` for the cluster's directory, and the
+// directory removed. After a clean teardown the directory is gone and it does nothing. It is
+// detached (a grandchild in its own session), so that a kill of this process's tree or group
+// (ctest's timeout, a ^C) does not take it along. Returns the write end.
 int start_guard(const std::string& dir) {
   static const char* const kScript =
-      "cat >/dev/null; d=$1; "
-      "for f in \"$d\"/pids/*; do p=$(cat \"$f\" 2>/dev/null) || continue; "
-      "tr '\\0' ' ' <\"/proc/$p/cmdline\" 2>/dev/null | grep -qF -- \"$d\" && { kill -CONT \"$p\"; kill -KILL \"$p\"; }; "
-      "done; sleep 0.2; rm -rf -- \"$d\"";
+      "cat >/dev/null; [ -d \"$2\" ] || exit 0; \"$1\" stop --temp-dir \"$2\"; rm -rf -- \"$2\"";
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2");
-  std::string sh = "/bin/sh", c = "-c", script = kScript, name = "troupe-it-guard", d = dir;
-  std::vector<char*> argv{sh.data(), c.data(), script.data(), name.data(), d.data(), nullptr};
+  std::string sh = "/bin/sh", c = "-c", script = kScript, name = "troupe-it-guard", cli = TROUPE_CLI, d = dir;
+  std::vector<char*> argv{sh.data(), c.data(), script.data(), name.data(), cli.data(), d.data(), nullptr};
   const long open_max = ::sysconf(_SC_OPEN_MAX);
   const pid_t child = ::fork();
   if (child < 0) throw std::runtime_error("fork");

@@ -36,6 +36,9 @@ pid_t start_helper(const std::string& name, const std::string& arg, int* out);
 std::string read_line(int fd, std::chrono::milliseconds timeout);
 std::string read_all(int fd, std::chrono::milliseconds timeout);
 
+// Whether process `pid` has exited (a zombie has, and so has one /proc no longer shows).
+bool process_gone(pid_t pid);
+
 // Runs argv with a deadline.
 CommandResult run(const std::vector<std::string>& argv, std::chrono::seconds timeout = std::chrono::seconds(30));
 

@@ -15,7 +15,6 @@
 
 #include "cluster_harness.hpp"
 #include "support/temp_dir.hpp"
-#include "troupe/proc_file.hpp"
 #include "troupe/net/address.hpp"
 #include "troupe/net/digest.hpp"
 #include "troupe/net/http.hpp"
@@ -63,13 +62,6 @@ troupe::net::HttpResponse head_http(const itest::Cluster& c, const std::string& 
                             const std::string& body, const std::string& token) {
   auto [host, port] = troupe::net::split_address(c.address());
   return troupe::net::http_call(host, port, method, target, body, token, std::chrono::seconds(10));
-}
-
-bool process_gone(pid_t pid) {
-  std::string line;
-  if (troupe::read_proc_file("/proc/" + std::to_string(pid) + "/stat", line) != 0 || line.empty()) return true;
-  const auto paren = line.rfind(')');
-  return paren != std::string::npos && line.size() > paren + 2 && line[paren + 2] == 'Z';   // a zombie is gone
 }
 
 std::size_t live_actors_of(const json& status, std::uint64_t node) {
@@ -188,11 +180,11 @@ TEST_CASE("a failing entrypoint ends FAILED with its exit code, and a stopped sh
   CHECK(stop.status == 0);
   CHECK(job_json(c, id)["state"] == "STOPPED");
   const auto gone_by = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while ((!process_gone(child) || !process_gone(shell)) && std::chrono::steady_clock::now() < gone_by) {
+  while ((!itest::process_gone(child) || !itest::process_gone(shell)) && std::chrono::steady_clock::now() < gone_by) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  CHECK(process_gone(child));
-  CHECK(process_gone(shell));
+  CHECK(itest::process_gone(child));
+  CHECK(itest::process_gone(shell));
   auto again = c.job({"stop", id});
   CHECK(again.status == 0);
   CHECK(again.output.find("already ended") != std::string::npos);
@@ -227,10 +219,10 @@ TEST_CASE("stop of a running job frees its actors, workers and group within 5 s,
   CHECK(stopped["state"] == "STOPPED");
   const auto gone_by = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   for (pid_t w : workers) {
-    while (w > 0 && !process_gone(w) && std::chrono::steady_clock::now() < gone_by) {
+    while (w > 0 && !itest::process_gone(w) && std::chrono::steady_clock::now() < gone_by) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    CHECK(process_gone(w));
+    CHECK(itest::process_gone(w));
   }
 
   // Resources no node has: PENDING with the reason, then STOPPED, never started.
