@@ -91,6 +91,19 @@ std::vector<std::string> search_list(const std::string& value, const std::string
   return out;
 }
 
+// Whether `f` starts with the header of a 64-bit little-endian ELF file whose section count
+// libelf can be given. elf_begin allocates for every section (~200 bytes each) before anything else
+// is read, so a header claiming 65,535 sections, or millions with extended numbering, would cost
+// the node's daemon that much for a user's file; the loader reads no sections, and real objects
+// have tens of them.
+bool is_elf64(const Fd& f) {
+  Elf64_Ehdr eh{};
+  if (f.fd < 0 || f.size < sizeof eh || ::pread(f.fd, &eh, sizeof eh, 0) != ssize_t(sizeof eh)) return false;
+  return std::memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 && eh.e_ident[EI_CLASS] == ELFCLASS64 &&
+         eh.e_ident[EI_DATA] == ELFDATA2LSB && (eh.e_phnum == 0 || eh.e_phentsize == sizeof(Elf64_Phdr)) &&
+         eh.e_shnum <= kMaxSections && (eh.e_shnum != 0 || eh.e_shoff == 0);
+}
+
 // A libelf descriptor of an open file (one is_elf64 accepted), ended on scope exit. ELF_C_READ maps
 // nothing: libelf reads what is asked for with pread, and refuses a range outside the file (a file
 // cut short under it gives an error, not SIGBUS).
@@ -105,7 +118,6 @@ class ElfFile {
   ElfFile& operator=(const ElfFile&) = delete;
 
   Elf* get() const { return elf_; }
-  bool elf64() const { return elf_ != nullptr && ::elf_kind(elf_) == ELF_K_ELF && ::gelf_getclass(elf_) == ELFCLASS64; }
   // `size` bytes at `offset` of the file, or null when they are not all in it.
   Elf_Data* bytes(std::uint64_t offset, std::uint64_t size, Elf_Type type = ELF_T_BYTE) const {
     if (offset > std::uint64_t(std::numeric_limits<std::int64_t>::max())) return nullptr;
@@ -116,10 +128,10 @@ class ElfFile {
   Elf* elf_ = nullptr;
 };
 
-// The object's dynamic section, if `file` (of `size` bytes) is a 64-bit ELF file.
+// The object's dynamic section (`file`, of `size` bytes, is one is_elf64 accepted).
 std::optional<Dynamic> read_dynamic(const ElfFile& file, std::uint64_t size, const std::string& origin) {
   std::size_t headers = 0;
-  if (!file.elf64() || ::elf_getphdrnum(file.get(), &headers) != 0 || headers > kMaxHeaders) return std::nullopt;
+  if (file.get() == nullptr || ::elf_getphdrnum(file.get(), &headers) != 0 || headers > kMaxHeaders) return std::nullopt;
   std::vector<GElf_Phdr> ph(headers);
   for (std::size_t i = 0; i < headers; ++i) {
     if (::gelf_getphdr(file.get(), int(i), &ph[i]) == nullptr) return std::nullopt;
@@ -225,19 +237,6 @@ std::vector<std::string> system_dirs() {
   }
   for (const char* d : {"/lib64", "/usr/lib64", "/lib", "/usr/lib"}) dirs.emplace_back(d);
   return dirs;
-}
-
-// Whether `f` starts with the header of a 64-bit little-endian ELF file whose section count
-// libelf can be given. elf_begin allocates for every section (~200 bytes each) before anything else
-// is read, so a header claiming 65,535 sections, or millions with extended numbering, would cost
-// the node's daemon that much for a user's file; the loader reads no sections, and real objects
-// have tens of them.
-bool is_elf64(const Fd& f) {
-  Elf64_Ehdr eh{};
-  if (f.fd < 0 || f.size < sizeof eh || ::pread(f.fd, &eh, sizeof eh, 0) != ssize_t(sizeof eh)) return false;
-  return std::memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 && eh.e_ident[EI_CLASS] == ELFCLASS64 &&
-         eh.e_ident[EI_DATA] == ELFDATA2LSB && (eh.e_phnum == 0 || eh.e_phentsize == sizeof(Elf64_Phdr)) &&
-         eh.e_shnum <= kMaxSections && (eh.e_shnum != 0 || eh.e_shoff == 0);
 }
 
 // The first 64-bit ELF file named `name` in `dirs`.
