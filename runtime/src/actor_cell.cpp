@@ -53,20 +53,28 @@ void ActorCell::release(std::vector<std::uint64_t>& regions) const {
 }
 
 void ActorCell::submit(const char* method, Payload args, std::shared_ptr<StateBase> call,
-                       std::chrono::nanoseconds timeout) {
+                       std::chrono::nanoseconds timeout, bool here) {
   if (timeout.count() <= 0) timeout = spec_.default_timeout;
   const bool with_deadline = timeout.count() > 0 && env_.timer != nullptr;
   std::shared_ptr<Route> local;
   std::uint64_t seq = 0;
   bool is_dead = false;
+  bool claimed = false;
   {
     std::lock_guard lk(mu_);
     is_dead = dead();
     if (!is_dead && route_local_) {   // the fast path: a local route never changes once bound
+      // Run here only with no call in flight (none queued ahead of this one, none answering later)
+      // and none running (try_claim): linked first, every later call waits for this one.
+      claimed = here && !with_deadline && head_ == nullptr && route_->try_claim();
       link(call);
       seq = call->call_link.seq;
       local = route_;
     }
+  }
+  if (claimed) {   // a kill meanwhile fails the call; it still runs to its end on this thread
+    local->run_claimed(shared_from_this(), method, args, call);
+    return;
   }
   if (local) {
     if (!with_deadline) {   // the call is the list's and the route's now: no reference to keep here
@@ -325,12 +333,12 @@ bool ActorCell::end(Error error) {
 
 // --- the non-template half of ActorRef -------------------------------------------------------------
 void submit_call(const std::shared_ptr<ActorCell>& cell, const char* method, Payload args,
-                 std::shared_ptr<StateBase> state, std::chrono::nanoseconds timeout) {
+                 std::shared_ptr<StateBase> state, std::chrono::nanoseconds timeout, bool here) {
   if (!cell) {
     state->fail(Error{ErrorCode::BadArguments, "call through an empty ActorRef"});
     return;
   }
-  cell->submit(method, std::move(args), std::move(state), timeout);
+  cell->submit(method, std::move(args), std::move(state), timeout, here);
 }
 
 void submit_tell(const std::shared_ptr<ActorCell>& cell, const char* method, Payload args) {

@@ -54,7 +54,12 @@ class ActorCell : public std::enable_shared_from_this<ActorCell> {
 
   // Sends the call on the bound route, queues it while none is, or fails it at once if the actor
   // is dead. `timeout` <= 0 takes the cell's default. Never throws.
-  void submit(const char* method, Payload args, std::shared_ptr<StateBase> state, std::chrono::nanoseconds timeout);
+  // `here`: the caller waits for the call right away (ActorRef::call_sync). If the actor is in this
+  // process, constructed, with no call in flight, and the call has no deadline, the call runs on
+  // the caller's thread before submit returns, as the host would run it (in order: every later
+  // call waits for it), and nothing wakes the host.
+  void submit(const char* method, Payload args, std::shared_ptr<StateBase> state, std::chrono::nanoseconds timeout,
+              bool here = false);
 
   // The actor runs behind `route` now (its first incarnation, or a new one): queued calls, and
   // those being retried, are sent on it in submission order before any newer call.

@@ -18,23 +18,17 @@ namespace {
 constexpr auto kLinger = std::chrono::microseconds(50);
 
 struct HostState {
-  void* object = nullptr;
-  const ActorTypeInfo* type = nullptr;
-  HostContext ctx;
-  std::string label;
+  std::shared_ptr<HostedObject> hosted;
   bool linger = false;   // on a thread of its own (detached)
-  // Deferred replies not yet sent (methods that returned a Future): failed when the host exits, so
-  // that no caller waits for an answer from an actor that is gone.
-  std::vector<Future<Payload>> pending;
   HostState() = default;
   HostState(const HostState&) = delete;
-  ~HostState() {   // on the host's thread, at its exit
-    for (auto& f : pending) f.state()->fail(Error{ErrorCode::ActorDied, label + " stopped before it answered"});
-    if (object != nullptr) type->destroy(object);
-  }
-  void keep(const Future<Payload>& f) {
-    std::erase_if(pending, [](const Future<Payload>& p) { return p.ready(); });
-    pending.push_back(f);
+  ~HostState() {   // on the host's thread, at its exit: after a call a caller runs on its own thread
+    if (!hosted) return;
+    std::lock_guard lk(hosted->running);
+    for (auto& f : hosted->pending) f.state()->fail(Error{ErrorCode::ActorDied, hosted->label + " stopped before it answered"});
+    hosted->pending.clear();
+    if (hosted->object != nullptr) hosted->type->destroy(hosted->object);
+    hosted->object = nullptr;
   }
 };
 
@@ -74,45 +68,49 @@ std::string describe_current_exception() {
   }
 }
 
-// Runs `method` on the object: the reply payload, or the error it failed with. A method that
-// answers later (it returned a Future) sets `*later` to its encoded result's future instead
-// (`crossing`: that result goes to another process), and the Payload returned means nothing.
-Result<Payload> invoke(Host* self, const std::string& label, const std::string& method, const Payload& args,
-                       bool crossing, Future<Payload>* later) {
-  const ActorTypeInfo& type = *self->state.type;
+// Runs `method` on the object, `h.running` held: the reply payload, or the error it failed with. A
+// method that answers later (it returned a Future) sets `*later` to its encoded result's future
+// instead (`crossing`: that result goes to another process), and the Payload returned means nothing.
+Result<Payload> invoke(HostedObject& h, const std::string& method, const Payload& args, bool crossing,
+                       Future<Payload>* later) {
+  const ActorTypeInfo& type = *h.type;
   if (method == kBarrierMethod) return Payload{};
   const MethodInfo* m = type.find_method(method);
   if (m == nullptr) return Error{ErrorCode::BadArguments, "no method '" + method + "' on " + type.name};
   try {
     if (m->invoke_deferred) {
-      *later = m->invoke_deferred(self->state.object, args, crossing);
-      self->state.keep(*later);
+      *later = m->invoke_deferred(h.object, args, crossing);
+      std::erase_if(h.pending, [](const Future<Payload>& p) { return p.ready(); });
+      h.pending.push_back(*later);
       return Payload{};
     }
-    return m->invoke(self->state.object, args);
+    return m->invoke(h.object, args);
   } catch (const DecodeError& e) {
     return Error{ErrorCode::BadArguments, "arguments of " + type.name + "." + method + ": " + e.error().message};
   } catch (const CallError& e) {   // a call the method made failed: not this actor's own error
-    return Error{ErrorCode::MethodFailed, label + "." + method + " threw: " + e.what()};
+    return Error{ErrorCode::MethodFailed, h.label + "." + method + " threw: " + e.what()};
   } catch (const ErrorException& e) {   // the method's own error, passed on exactly
     return e.error();
   } catch (...) {
-    return Error{ErrorCode::MethodFailed, label + "." + method + " threw: " + describe_current_exception()};
+    return Error{ErrorCode::MethodFailed, h.label + "." + method + " threw: " + describe_current_exception()};
   }
 }
 
-void run_local(Host* self, const std::shared_ptr<ActorCell>& cell, const CallMsg& m) {
+// A call from this process, `h.running` held, on the host's thread or its caller's: completed
+// through the cell.
+void run_local(HostedObject& h, const std::shared_ptr<ActorCell>& cell, const std::string& method,
+               const Payload& args, const std::shared_ptr<StateBase>& call) {
   if (cell->dead()) return;   // killed while queued: its future has failed already
   Future<Payload> later;
-  auto r = invoke(self, cell->label(), m.method, m.args, false, &later);
+  auto r = invoke(h, method, args, false, &later);
   if (later.valid()) {   // answered when the method's future completes, on the thread completing it
     auto* st = later.state().get();   // alive while it runs its callbacks
-    st->on_ready([cell, call = m.call, st] {
+    st->on_ready([cell, call, st] {
       if (st->has_error()) cell->fail_call(*call, st->error()); else cell->complete(*call, st->value());
     });
     return;
   }
-  if (r.ok()) cell->complete(*m.call, r.value()); else cell->fail_call(*m.call, r.error());
+  if (r.ok()) cell->complete(*call, r.value()); else cell->fail_call(*call, r.error());
 }
 
 // Fills `reply` with a result for another process (its tensors exposed for the caller to pull).
@@ -131,11 +129,13 @@ void set_result(WireReply& reply, Payload& result) {
 // A call from another process, answered on `sink`. Its token is checked here too (a call server
 // fills in the one its connection presented): hosts outside worker processes take none (SEC-1).
 void run_remote(Host* self, ActorCell& cell, WireCall& wc, const std::shared_ptr<ReplySink>& sink) {
+  HostedObject& h = *self->state.hosted;
+  std::lock_guard running(h.running);
   WireReply reply;
   reply.actor_id = wc.actor_id;
   reply.incarnation = wc.incarnation;
   reply.seq = wc.seq;
-  const auto& ctx = self->state.ctx;
+  const auto& ctx = h.ctx;
   // A worker's hosts know the token; an in-process actor of another process serves calls from
   // outside only once exported (ActorCell::serve_remote), and with that token.
   const ActorCell::Served served = ctx.token.empty() ? cell.served() : ActorCell::Served{ctx.token, ctx.incarnation};
@@ -151,7 +151,7 @@ void run_remote(Host* self, ActorCell& cell, WireCall& wc, const std::shared_ptr
       Payload args = from_wire(std::move(wc.args), wc.tensors, ctx.fetch_timeout);
       RemoteArgs crossing(true);   // the result goes to another process: refs in it are exported
       Future<Payload> later;
-      auto r = invoke(self, cell.label(), wc.method, args, true, &later);
+      auto r = invoke(h, wc.method, args, true, &later);
       if (later.valid()) {   // sent when the method's future completes, from the thread completing it
         auto* st = later.state().get();   // alive while it runs its callbacks
         st->on_ready([reply = std::move(reply), sink, st]() mutable {
@@ -175,16 +175,16 @@ void run_remote(Host* self, ActorCell& cell, WireCall& wc, const std::shared_ptr
   sink->reply(reply, more);
 }
 
-caf::behavior host(Host* self, std::shared_ptr<ActorCell> cell, const ActorTypeInfo* type, Factory factory,
-                   Payload ctor_args, HostContext ctx, bool lingers) {
-  self->state.type = type;
+caf::behavior host(Host* self, std::shared_ptr<ActorCell> cell, std::shared_ptr<HostedObject> hosted, Factory factory,
+                   Payload ctor_args, bool lingers) {
+  self->state.hosted = hosted;
   self->state.linger = lingers;
-  self->state.ctx = std::move(ctx);
-  self->state.label = cell->label();
   // Whatever stops the host (kill, shutdown, constructor failure), no call may wait on it.
   self->attach_functor([cell](const caf::error&) { cell->mark_dead("stopped"); });
   try {
-    self->state.object = factory(ctor_args);
+    void* object = factory(ctor_args);
+    std::lock_guard lk(hosted->running);
+    hosted->object = object;
   } catch (...) {
     cell->mark_dead("died: its constructor threw: " + describe_current_exception());
     self->quit();
@@ -193,7 +193,10 @@ caf::behavior host(Host* self, std::shared_ptr<ActorCell> cell, const ActorTypeI
   cell->set_ready();
   return {
       [self, cell](const CallMsg& m) {
-        run_local(self, cell, m);
+        {
+          std::lock_guard running(self->state.hosted->running);
+          run_local(*self->state.hosted, cell, m.method, m.args, m.call);
+        }
         linger(self, false);
       },
       [self, cell](ChannelCall& cc) {
@@ -205,12 +208,15 @@ caf::behavior host(Host* self, std::shared_ptr<ActorCell> cell, const ActorTypeI
 
 }  // namespace
 
-caf::actor spawn_host(caf::actor_system& sys, bool detached, std::shared_ptr<ActorCell> cell,
-                      const ActorTypeInfo& type, Factory factory, Payload ctor_args, HostContext ctx) {
-  if (detached) {
-    return sys.spawn<caf::detached>(host, std::move(cell), &type, factory, std::move(ctor_args), std::move(ctx), true);
-  }
-  return sys.spawn(host, std::move(cell), &type, factory, std::move(ctor_args), std::move(ctx), false);
+std::shared_ptr<LocalRoute> spawn_host(caf::actor_system& sys, bool detached, std::shared_ptr<ActorCell> cell,
+                                       const ActorTypeInfo& type, Factory factory, Payload ctor_args, HostContext ctx) {
+  auto hosted = std::make_shared<HostedObject>();
+  hosted->type = &type;
+  hosted->ctx = std::move(ctx);
+  hosted->label = cell->label();
+  caf::actor actor = detached ? sys.spawn<caf::detached>(host, std::move(cell), hosted, factory, std::move(ctor_args), true)
+                              : sys.spawn(host, std::move(cell), hosted, factory, std::move(ctor_args), false);
+  return std::make_shared<LocalRoute>(std::move(actor), std::move(hosted));
 }
 
 Sent LocalRoute::send(Attempt&& a) {
@@ -220,6 +226,20 @@ Sent LocalRoute::send(Attempt&& a) {
 
 void LocalRoute::post(const char* method, Payload&& args, std::shared_ptr<StateBase>&& state) {
   caf::anon_send(host_, CallMsg{std::move(state), method, std::move(args)});
+}
+
+bool LocalRoute::try_claim() {
+  if (!hosted_->running.try_lock()) return false;   // a call runs: the caller's goes to the mailbox
+  if (hosted_->object != nullptr) return true;
+  hosted_->running.unlock();   // not constructed yet, or destroyed
+  return false;
+}
+
+void LocalRoute::run_claimed(const std::shared_ptr<ActorCell>& cell, const char* method, const Payload& args,
+                             const std::shared_ptr<StateBase>& state) {
+  std::lock_guard running(hosted_->running, std::adopt_lock);
+  RemoteArgs crossing(false);   // the caller may be running a call from another process: this one is local
+  run_local(*hosted_, cell, method, args, state);
 }
 
 void LocalRoute::stop() { caf::anon_send_exit(host_, caf::exit_reason::kill); }

@@ -6,7 +6,9 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
@@ -57,24 +59,46 @@ struct HostContext {
   std::chrono::milliseconds fetch_timeout{60000};  // pulling a remote call's tensor arguments
 };
 
-// Spawns the host. The constructor runs first, on the host's own thread when `detached`; if it
-// throws, the cell is marked dead with the exception's message and the host stops.
-caf::actor spawn_host(caf::actor_system& sys, bool detached, std::shared_ptr<ActorCell> cell,
-                      const ActorTypeInfo& type, Factory factory, Payload ctor_args, HostContext ctx);
+// The user object a host runs calls on, shared by the host and its route. Every call runs holding
+// `running`: the host's own, and a synchronous call that a caller runs on its own thread because
+// it found the actor idle (LocalRoute::try_claim). The object is set once constructed and cleared,
+// under `running`, when the host destroys it at its exit.
+struct HostedObject {
+  std::mutex running;
+  void* object = nullptr;                      // guarded by running
+  const ActorTypeInfo* type = nullptr;
+  HostContext ctx;
+  std::string label;
+  // Deferred replies not yet sent (methods that returned a Future), guarded by running: failed
+  // when the host exits, so that no caller waits for an answer from an actor that is gone.
+  std::vector<Future<Payload>> pending;
+};
 
-// The route to a host in this process: its mailbox.
+class LocalRoute;
+
+// Spawns the host and returns the route to it. The constructor runs first, on the host's own
+// thread when `detached`; if it throws, the cell is marked dead with the exception's message and
+// the host stops.
+std::shared_ptr<LocalRoute> spawn_host(caf::actor_system& sys, bool detached, std::shared_ptr<ActorCell> cell,
+                                       const ActorTypeInfo& type, Factory factory, Payload ctor_args, HostContext ctx);
+
+// The route to a host in this process: its mailbox, or the caller's own thread (see try_claim).
 class LocalRoute final : public Route {
  public:
-  explicit LocalRoute(caf::actor host) : host_(std::move(host)) {}
+  LocalRoute(caf::actor host, std::shared_ptr<HostedObject> hosted) : host_(std::move(host)), hosted_(std::move(hosted)) {}
   std::uint64_t incarnation() const override { return 0; }
   bool local() const override { return true; }
   Sent send(Attempt&& attempt) override;
   void post(const char* method, Payload&& args, std::shared_ptr<StateBase>&& state) override;
+  bool try_claim() override;
+  void run_claimed(const std::shared_ptr<ActorCell>& cell, const char* method, const Payload& args,
+                   const std::shared_ptr<StateBase>& state) override;
   void stop() override;   // the host exits; its running call finishes first
   const caf::actor& host() const { return host_; }
 
  private:
   caf::actor host_;
+  std::shared_ptr<HostedObject> hosted_;
 };
 
 }  // namespace troupe::detail

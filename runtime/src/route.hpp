@@ -15,6 +15,7 @@
 
 namespace troupe::detail {
 
+class ActorCell;
 class Route;
 
 // One attempt of call `seq`, as the table hands it to a route.
@@ -51,6 +52,16 @@ class Route {
   // the table's fast path, a call to an actor of this process. send() by default.
   virtual void post(const char* method, Payload&& args, std::shared_ptr<StateBase>&& state) {
     (void)send(Attempt{0, method, std::move(args), std::move(state)});
+  }
+  // Local routes: whether the caller may run a call on its own thread now, the actor being
+  // constructed and running no call. True holds the actor until run_claimed() has run the call
+  // (nothing else runs on it meanwhile). Never blocks.
+  virtual bool try_claim() { return false; }
+  // Runs the call claimed by try_claim() on this thread, completes `state` through `cell` as the
+  // host would, and lets go of the actor.
+  virtual void run_claimed(const std::shared_ptr<ActorCell>& cell, const char* method, const Payload& args,
+                           const std::shared_ptr<StateBase>& state) {
+    (void)cell, (void)method, (void)args, (void)state;
   }
   // Where calls go when this route breaks with the actor still alive (ActorCell::route_broken);
   // null: they wait for the next bind.

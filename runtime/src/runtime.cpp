@@ -93,8 +93,7 @@ std::shared_ptr<ActorCell> RuntimeImpl::spawn_local(std::uint64_t id, const Acto
     }
     cells_[id] = cell;
   }
-  cell->bind(std::make_shared<LocalRoute>(
-      spawn_host(*system_, opts.detached(), cell, type, factory, std::move(ctor_args), std::move(ctx))));
+  cell->bind(spawn_host(*system_, opts.detached(), cell, type, factory, std::move(ctor_args), std::move(ctx)));
   spdlog::debug("spawned {}", cell->label());
   return cell;
 }

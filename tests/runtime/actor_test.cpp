@@ -3,7 +3,10 @@
 
 #include <sys/resource.h>
 
+#include <atomic>
 #include <chrono>
+#include <functional>
+#include <optional>
 #include <thread>
 
 #include "support/gate_actor.hpp"
@@ -28,6 +31,25 @@ struct TensorSink {
   troupe::TensorView scale_first(troupe::TensorView t, float k) { t.data_as<float>()[0] *= k; return t; }
 };
 TROUPE_ACTOR(TensorSink, address, read, scale_first);
+
+// Tells which thread runs its methods, and whether two of its calls ever overlap.
+struct Where {
+  std::atomic<bool> busy{false};
+  int overlaps = 0;
+  std::vector<int> seen;
+  std::uint64_t thread() { return std::hash<std::thread::id>{}(std::this_thread::get_id()); }
+  int hold(int ms) {   // the number of overlapping calls seen so far
+    if (busy.exchange(true)) ++overlaps;
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    busy = false;
+    return overlaps;
+  }
+  std::vector<int> log(int k) { seen.push_back(k); return seen; }
+  int fail(std::string why) { throw std::runtime_error(why); }
+  // The thread another actor's call_sync ran on, asked from inside this actor's method.
+  std::uint64_t nested(troupe::ActorRef<Where> other) { return other.call_sync(&Where::thread); }
+};
+TROUPE_ACTOR(Where, thread, hold, log, fail, nested);
 
 using namespace std::chrono_literals;
 using troupe::ErrorCode;
@@ -316,4 +338,79 @@ TEST_CASE("a 64 MiB tensor view passes in-process without a copy") {
   CHECK(back.shape == t.shape);
   CHECK(t.data_as<float>()[12345] == 3.5f);
   CHECK(sink.call(&TensorSink::read, t, 12345).get() == 3.5f);
+}
+
+namespace {
+std::uint64_t this_thread_hash() { return std::hash<std::thread::id>{}(std::this_thread::get_id()); }
+}  // namespace
+
+TEST_CASE("call_sync runs an idle in-process actor's method on the calling thread, and otherwise takes the actor's way") {
+  auto rt = make_runtime();
+  auto w = rt.spawn<Where>(troupe::Options{});
+  REQUIRE(w.ready().wait_for(5s));
+  const auto own = w.call(&Where::thread).get();   // the actor's thread
+  CHECK(own != this_thread_hash());
+  CHECK(w.call_sync(&Where::thread) == this_thread_hash());
+  CHECK(w.with_timeout(5s).call_sync(&Where::thread) == own);   // a deadline needs the actor's thread
+  // Behind a call in flight it waits its turn: nothing overtakes.
+  auto first = w.call(&Where::log, 1);
+  auto second = w.call_sync(&Where::log, 2);
+  CHECK(second == std::vector<int>{1, 2});
+  CHECK(first.get() == std::vector<int>{1});
+  CHECK(w.call_sync(&Where::log, 3) == std::vector<int>{1, 2, 3});
+  // Errors as call().get() gives them.
+  try {
+    (void)w.call_sync(&Where::fail, std::string("bad input"));
+    FAIL("call_sync did not throw");
+  } catch (const troupe::CallError& e) {
+    CHECK(e.error().code == ErrorCode::MethodFailed);
+    CHECK(e.error().message.find("bad input") != std::string::npos);
+  }
+  // From inside another actor's method: on that actor's thread.
+  auto outer = rt.spawn<Where>(troupe::Options{});
+  const auto outer_thread = outer.call(&Where::thread).get();
+  CHECK(outer.call(&Where::nested, w).get() == outer_thread);
+  // An actor of a scheduled (non-detached) host too.
+  auto pooled = rt.spawn<Where>(troupe::Options{}.detached(false));
+  REQUIRE(pooled.ready().wait_for(5s));
+  CHECK(pooled.call_sync(&Where::thread) == this_thread_hash());
+}
+
+TEST_CASE("a call running on its caller's thread holds the actor: other calls wait for it, and a kill fails it when it returns") {
+  auto rt = make_runtime();
+  auto w = rt.spawn<Where>(troupe::Options{});
+  REQUIRE(w.ready().wait_for(5s));
+  int held_overlaps = -1;
+  std::thread caller([&] { held_overlaps = w.call_sync(&Where::hold, 200); });
+  std::this_thread::sleep_for(50ms);
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(w.call(&Where::hold, 0).get() == 0);   // ran after the held call, not beside it
+  CHECK(std::chrono::steady_clock::now() - t0 >= 100ms);
+  caller.join();
+  CHECK(held_overlaps == 0);
+
+  // A kill while it runs: the call fails with ActorDied once its method returns, and the object
+  // is destroyed after that, not under it.
+  Tracked::live = 0;
+  auto t = rt.spawn<Tracked>(troupe::Options{});
+  REQUIRE(t.ready().wait_for(5s));
+  REQUIRE(Tracked::live == 1);
+  std::optional<troupe::Error> error;
+  std::thread sleeper([&] {
+    try {
+      t.call_sync(&Tracked::sleep_ms, 200);
+    } catch (const troupe::CallError& e) {
+      error = e.error();
+    }
+  });
+  std::this_thread::sleep_for(50ms);
+  rt.kill(t);
+  std::this_thread::sleep_for(50ms);
+  CHECK(Tracked::live == 1);   // its method still runs
+  sleeper.join();
+  REQUIRE(error.has_value());
+  CHECK(error->code == ErrorCode::ActorDied);
+  for (int i = 0; i < 200 && Tracked::live != 0; ++i) std::this_thread::sleep_for(10ms);
+  CHECK(Tracked::live == 0);
+  CHECK(t.call(&Tracked::ping).result().error().code == ErrorCode::ActorDied);
 }

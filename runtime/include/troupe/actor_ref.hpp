@@ -21,9 +21,10 @@ namespace troupe {
 
 namespace detail {
 class ActorCell;
-// Sends one call; the reply, a failure or the deadline completes `state`. Never throws.
+// Sends one call; the reply, a failure or the deadline completes `state`. Never throws. `here`:
+// the caller waits for it at once, and it may run on the caller's thread (ActorRef::call_sync).
 void submit_call(const std::shared_ptr<ActorCell>& cell, const char* method, Payload args,
-                 std::shared_ptr<StateBase> state, std::chrono::nanoseconds timeout);
+                 std::shared_ptr<StateBase> state, std::chrono::nanoseconds timeout, bool here = false);
 // Sends one call whose outcome nobody waits for; a failure is logged. Never throws.
 void submit_tell(const std::shared_ptr<ActorCell>& cell, const char* method, Payload args);
 // Logs a tell that could not even be sent (an unregistered method, unencodable arguments).
@@ -72,24 +73,21 @@ class ActorRef {
   // types; an unregistered method or unencodable argument fails the future (BadArguments).
   template <class M, class... A>
   auto call(M method, A&&... args) const {
-    using Tr = detail::MethodTraits<M>;
-    static_assert(std::is_base_of_v<typename Tr::Class, T>, "method of another class");
-    static_assert(sizeof...(A) == Tr::arity, "wrong number of arguments for this method");
-    using R = typename Tr::Result;
-    const char* name = detail::method_name<T>(method);
-    if (name == nullptr) {
-      return make_error_future<R>(Error{ErrorCode::BadArguments, "method not registered with TROUPE_ACTOR"});
-    }
-    Payload p;
-    try {
-      detail::RemoteArgs crossing(cell_ != nullptr && detail::cell_remote(*cell_));
-      p = detail::encode_as(static_cast<typename Tr::Values*>(nullptr), std::forward<A>(args)...);
-    } catch (const ErrorException& e) {   // a ref that could not be made callable from there
-      return make_error_future<R>(e.error());
-    } catch (const std::exception& e) {
-      return make_error_future<R>(Error{ErrorCode::BadArguments, e.what()});
-    }
-    return call_encoded<R>(name, std::move(p));
+    return send_call(false, method, std::forward<A>(args)...);
+  }
+
+  // Calls and waits: call(method, args...).get(), the value or a CallError. When the actor is in
+  // this process, constructed and idle (no call running, queued or answering later) and the call
+  // has no deadline, the method runs on the calling thread: no hand-over to the actor's thread and
+  // no wake-up, so a driver's calls one after another cost what their methods cost (the call is
+  // still encoded, and the actor still runs one call at a time, in order). Otherwise, or to another
+  // process, it is call().get(). Two differences where it runs here: the method runs on the
+  // caller's thread (do not use it for an actor whose methods depend on their thread: a
+  // thread-local, a CUDA device made current in its constructor), and a kill while it runs fails
+  // the call only when the method returns.
+  template <class M, class... A>
+  auto call_sync(M method, A&&... args) const {
+    return send_call(true, method, std::forward<A>(args)...).get();
   }
 
   // Fire and forget: the same call with no future. Nothing waits for it and nothing is returned;
@@ -135,9 +133,9 @@ class ActorRef {
 
   // Sends pre-encoded arguments. `method` must stay valid only for the duration of the call.
   template <class R>
-  Future<R> call_encoded(const char* method, Payload args) const {
+  Future<R> call_encoded(const char* method, Payload args, bool here = false) const {
     Promise<R> p;
-    detail::submit_call(cell_, method, std::move(args), p.state(), timeout_);
+    detail::submit_call(cell_, method, std::move(args), p.state(), timeout_, here);
     return p.future();
   }
 
@@ -145,6 +143,28 @@ class ActorRef {
   friend bool operator==(const ActorRef& a, const ActorRef& b) { return a.cell_ == b.cell_; }
 
  private:
+  template <class M, class... A>
+  auto send_call(bool here, M method, A&&... args) const {
+    using Tr = detail::MethodTraits<M>;
+    static_assert(std::is_base_of_v<typename Tr::Class, T>, "method of another class");
+    static_assert(sizeof...(A) == Tr::arity, "wrong number of arguments for this method");
+    using R = typename Tr::Result;
+    const char* name = detail::method_name<T>(method);
+    if (name == nullptr) {
+      return make_error_future<R>(Error{ErrorCode::BadArguments, "method not registered with TROUPE_ACTOR"});
+    }
+    Payload p;
+    try {
+      detail::RemoteArgs crossing(cell_ != nullptr && detail::cell_remote(*cell_));
+      p = detail::encode_as(static_cast<typename Tr::Values*>(nullptr), std::forward<A>(args)...);
+    } catch (const ErrorException& e) {   // a ref that could not be made callable from there
+      return make_error_future<R>(e.error());
+    } catch (const std::exception& e) {
+      return make_error_future<R>(Error{ErrorCode::BadArguments, e.what()});
+    }
+    return call_encoded<R>(name, std::move(p), here);
+  }
+
   std::shared_ptr<detail::ActorCell> cell_;
   std::chrono::nanoseconds timeout_{0};
 };
