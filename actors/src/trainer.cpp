@@ -129,7 +129,7 @@ std::int64_t Trainer::publish_to(ActorRef<WeightStore> store) {
   // A first publish there, the same version again (the store may have been cleared since) or an
   // older one (a checkpoint loaded): look.
   if (!newer) {
-    const auto latest = store.call(&WeightStore::latest_version).get();
+    const auto latest = store.call_sync(&WeightStore::latest_version);
     if (latest == v) return impl_->version;   // already there
     if (latest > v) {   // the engine would keep newer weights
       throw std::invalid_argument("publish_to: the store holds version " + std::to_string(latest) +
@@ -138,7 +138,7 @@ std::int64_t Trainer::publish_to(ActorRef<WeightStore> store) {
   }   // else a newer version than this trainer's last there: the store refuses it if another publisher went past it
   std::vector<NamedTensor> named;
   for (auto& [name, p] : impl_->policy->parameters()) named.push_back({name, to_view(p)});
-  store.call(&WeightStore::publish, v, std::move(named)).get();   // copied before this returns
+  store.call_sync(&WeightStore::publish, v, std::move(named));   // copied before this returns
   impl_->published_store = store.id();
   impl_->published_version = v;
   return impl_->version;

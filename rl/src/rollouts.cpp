@@ -61,8 +61,9 @@ std::size_t RolloutPool::members() const { return group_ ? group_->size() : 0; }
 
 std::int64_t RolloutPool::pull_weights() {
   published_ = true;
+  if (!group_) return version_ = engine0_.call_sync(&actors::RolloutEngine::pull_weights, store_);
   auto first = engine0_.call(&actors::RolloutEngine::pull_weights, store_);
-  if (group_) {
+  {
     auto slots = group_->call_all(&actors::RolloutEngine::pull_weights, store_).result();
     if (!slots.ok()) spdlog::warn("rollout pool: {}", slots.error().to_string());
     else
@@ -78,7 +79,7 @@ actors::RolloutBatch RolloutPool::generate(const actors::GenerateRequest& whole,
   const std::size_t n = whole.prompts.size();
   const std::size_t k = std::min(n, 1 + members());
   if (engines != nullptr) *engines = int(std::max<std::size_t>(1, k));
-  if (k <= 1) return engine0_.call(&actors::RolloutEngine::generate, whole).get();
+  if (k <= 1) return engine0_.call_sync(&actors::RolloutEngine::generate, whole);
   std::int32_t width = whole.prompt_width;   // one width for every part: the whole batch's
   for (const auto& p : whole.prompts) width = std::max(width, std::int32_t(p.size()));
 

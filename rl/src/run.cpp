@@ -244,14 +244,14 @@ std::string Run::sft_weights_path() const { return config_.run.run_dir + "/sft.s
 // --- warm start and evaluation ---------------------------------------------------------------------
 
 void Run::warm_start() {
-  if (!config_.model.init_weights.empty()) trainer_.call(&actors::Trainer::load_trunk, config_.model.init_weights).get();
+  if (!config_.model.init_weights.empty()) trainer_.call_sync(&actors::Trainer::load_trunk, config_.model.init_weights);
   DataCursor cursor{mix(config_.run.seed ^ 0x5f7), 0, 0};
   WarmStartLength length(config_.algo.sft);
   const std::int32_t most = length.most();
   ProgressLine progress(most, 50, config_.run.verbose);
   for (std::int32_t s = 1; s <= most; ++s) {
     auto batch = sft_batch(cursor.next(data_.train, std::size_t(config_.algo.sft.batch_size)), *tokenizer_);
-    const double nll = trainer_.call(&actors::Trainer::train_step, std::move(batch)).get().values["nll"];
+    const double nll = trainer_.call_sync(&actors::Trainer::train_step, std::move(batch)).values["nll"];
     const bool done = length.done(s, nll);
     state_.sft_steps = s;
     if (s % 50 == 0 || s == most || done)
@@ -259,22 +259,22 @@ void Run::warm_start() {
                        "  average " + std::to_string(length.average()));
     if (done) break;
   }
-  trainer_.call(&actors::Trainer::save_weights, sft_weights_path()).get();
-  trainer_.call(&actors::Trainer::set_optimizer, config_.algo.optim).get();
+  trainer_.call_sync(&actors::Trainer::save_weights, sft_weights_path());
+  trainer_.call_sync(&actors::Trainer::set_optimizer, config_.algo.optim);
   algorithm_->after_warm_start(*this);
   sync_weights();
   start_reference();
 }
 
-void Run::start_reference() { reference_.call(&actors::Reference::load_weights, sft_weights_path()).get(); }
+void Run::start_reference() { reference_.call_sync(&actors::Reference::load_weights, sft_weights_path()); }
 
 EvalResult Run::evaluate() {
   actors::GenerateRequest req;
   req.prompts = encode_prompts(data_.heldout, *tokenizer_);
   req.samples_per_prompt = 1;
   req.sampling = actors::SamplingParams{0.0f, 1.0f, std::int32_t(task_->max_answer_chars() + 1), tokenizer_->eos_id(), 0};
-  auto rollout = rollout_.call(&actors::RolloutEngine::generate, std::move(req)).get();
-  auto results = reward_.call(&actors::Reward::score, score_items(data_.heldout, 1, rollout, *tokenizer_)).get();
+  auto rollout = rollout_.call_sync(&actors::RolloutEngine::generate, std::move(req));
+  auto results = reward_.call_sync(&actors::Reward::score, score_items(data_.heldout, 1, rollout, *tokenizer_));
   EvalResult e;
   e.problems = std::int64_t(results.size());
   std::map<std::string, std::int64_t> of_kind;
@@ -311,7 +311,7 @@ actors::RolloutBatch Run::generate(const std::vector<Problem>& problems, std::in
 }
 
 std::vector<actors::RewardResult> Run::score(const std::vector<Problem>& problems, const actors::RolloutBatch& samples) {
-  auto results = reward_.call(&actors::Reward::score, score_items(problems, config_.algo.group_size, samples, *tokenizer_)).get();
+  auto results = reward_.call_sync(&actors::Reward::score, score_items(problems, config_.algo.group_size, samples, *tokenizer_));
   // The backend's rewards train the policy; the verifier's verdicts stay for format and accuracy.
   const auto rewards = reward_backend_->rewards(RewardInput{problems, samples, config_.algo.group_size, results});
   if (rewards.size() != results.size())
@@ -325,7 +325,7 @@ TensorView Run::reference_logprobs(const actors::RolloutBatch& samples) { return
 
 TensorView Run::reference_logprobs(const TensorView& tokens, const TensorView& attn_mask) {
   const actors::LogprobRequest request{tokens, attn_mask, config_.algo.temperature};
-  return reference_.call(&actors::Reference::logprobs, request).get();
+  return reference_.call_sync(&actors::Reference::logprobs, request);
 }
 
 std::vector<float> Run::advantages(const std::vector<actors::RewardResult>& rewards) {
@@ -340,12 +340,12 @@ std::vector<float> Run::advantages(const std::vector<actors::RewardResult>& rewa
   return std::move(out.advantages);
 }
 
-actors::TrainMetrics Run::train(const actors::TrainBatch& batch) { return trainer_.call(&actors::Trainer::train_step, batch).get(); }
+actors::TrainMetrics Run::train(const actors::TrainBatch& batch) { return trainer_.call_sync(&actors::Trainer::train_step, batch); }
 
 // Through the versioned weight store: the trainer publishes, the rollout engines pull (engine 0,
 // colocated: no copy beyond the publish; the others: the mapped file or the chain).
 void Run::sync_weights() {
-  trainer_.call(&actors::Trainer::publish_to, weights_).get();
+  trainer_.call_sync(&actors::Trainer::publish_to, weights_);
   state_.policy_version = pool_->pull_weights();
 }
 
@@ -436,7 +436,7 @@ std::string Run::save_checkpoint() {
   const std::string dir = checkpoint_dir(config_.run.run_dir, state_.step), staging = dir + ".tmp";
   std::filesystem::remove_all(staging);
   std::filesystem::create_directories(staging);
-  trainer_.call(&actors::Trainer::save_checkpoint, staging).get();
+  trainer_.call_sync(&actors::Trainer::save_checkpoint, staging);
   algorithm_->save(*this, staging);
   save_run_state(staging, state_);
   publish_checkpoint(staging, dir);
@@ -447,15 +447,15 @@ bool Run::resume() {
   auto dir = latest_checkpoint(config_.run.run_dir);
   if (!dir) return false;
   state_ = load_run_state(*dir);
-  trainer_.call(&actors::Trainer::set_optimizer, config_.algo.optim).get();
-  trainer_.call(&actors::Trainer::load_checkpoint, *dir).get();
+  trainer_.call_sync(&actors::Trainer::set_optimizer, config_.algo.optim);
+  trainer_.call_sync(&actors::Trainer::load_checkpoint, *dir);
   algorithm_->load(*this, *dir);
   sync_weights();
   start_reference();
   return true;
 }
 
-actors::Weights Run::policy_weights() { return trainer_.call(&actors::Trainer::weights).get(); }
+actors::Weights Run::policy_weights() { return trainer_.call_sync(&actors::Trainer::weights); }
 
 // --- the whole run ---------------------------------------------------------------------------------------
 
