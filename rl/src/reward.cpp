@@ -38,7 +38,7 @@ class ModelReward final : public RewardBackend {
         actors::RewardModelConfig{rm, std::filesystem::absolute(path).string(), c.placement.reference_threads, c.placement.blas_threads});
   }
   std::vector<float> rewards(const RewardInput& in) override {
-    return actor_.call(&actors::RewardModel::score, actors::SequenceBatch{in.samples.tokens, in.samples.attn_mask}).get();
+    return actor_.call_sync(&actors::RewardModel::score, actors::SequenceBatch{in.samples.tokens, in.samples.attn_mask});
   }
   void stop(Run& run) override { run.runtime().kill(actor_); }
 
