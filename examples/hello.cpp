@@ -24,6 +24,8 @@ int main(int argc, char** argv) {
   auto c = rt.spawn<Counter>(troupe::Options{}.name("counter"), 10);
   std::cout << "add(5) -> " << c.call(&Counter::add, 5).get() << "\n";
   std::cout << c.call(&Counter::greet, "troupe").get() << "\n";
+  // Call and wait in one: an idle actor of this process runs it on this thread, no hand-over.
+  std::cout << "call_sync add(1) -> " << c.call_sync(&Counter::add, 1) << "\n";
 
   auto group = rt.spawn_group<Counter>(4, troupe::Options{}, 0);
   auto all = group.call_all(&Counter::add, 1).get();

@@ -102,14 +102,14 @@ int main(int argc, char** argv) {
     auto sft = rt.spawn<ta::Trainer>(troupe::Options{}.name("sft"), ta::TrainerConfig{policy, demo.algo.sft.optim, s.threads});
     rl::DataCursor cursor{s.seed ^ 0x5f7, 0, 0};
     for (std::int32_t i = 0; i < s.sft_steps; ++i)
-      sft.call(&ta::Trainer::train_step, rl::sft_batch(cursor.next(data.train, std::size_t(demo.algo.sft.batch_size)), tok)).get();
+      sft.call_sync(&ta::Trainer::train_step, rl::sft_batch(cursor.next(data.train, std::size_t(demo.algo.sft.batch_size)), tok));
     const std::string sft_path = dir + "/sft.safetensors";
-    sft.call(&ta::Trainer::save_weights, sft_path).get();
+    sft.call_sync(&ta::Trainer::save_weights, sft_path);
     const double sft_seconds = since(start);
 
     // 2. Pairs: per prompt, the correct answer against a wrong, well-formed one the SFT policy sampled.
     auto sampler = rt.spawn<ta::RolloutEngine>(troupe::Options{}.name("sampler"), ta::RolloutConfig{policy, s.threads, true});
-    sampler.call(&ta::RolloutEngine::update_weights, sft.call(&ta::Trainer::weights).get()).get();
+    sampler.call_sync(&ta::RolloutEngine::update_weights, sft.call_sync(&ta::Trainer::weights));
     auto verifier = rt.spawn<ta::Reward>(troupe::Options{}.name("verifier"), ta::RewardConfig{task->verifier(), 0.0f});
     auto pairs_of = [&](const std::vector<rl::Problem>& problems, std::uint64_t seed, std::int32_t per_prompt) {
       std::vector<rl::PreferencePair> pairs;
@@ -118,8 +118,8 @@ int main(int argc, char** argv) {
         ta::GenerateRequest req{rl::encode_prompts(chunk, tok), s.group,
                                 ta::SamplingParams{1.0f, 1.0f, task->max_answer_chars() + 1, tok.eos_id(), rl::step_seed(seed, long(at))},
                                 {}, 0};
-        const auto samples = sampler.call(&ta::RolloutEngine::generate, std::move(req)).get();
-        const auto rewards = verifier.call(&ta::Reward::score, rl::score_items(chunk, s.group, samples, tok)).get();
+        const auto samples = sampler.call_sync(&ta::RolloutEngine::generate, std::move(req));
+        const auto rewards = verifier.call_sync(&ta::Reward::score, rl::score_items(chunk, s.group, samples, tok));
         for (auto& p : rl::reward_model_pairs(chunk, s.group, samples, rewards, tok, per_prompt)) pairs.push_back(std::move(p));
       }
       return pairs;
@@ -134,9 +134,9 @@ int main(int argc, char** argv) {
     std::string trunk_path = sft_path;
     if (s.trunk_sft_steps > s.sft_steps) {
       for (std::int32_t i = s.sft_steps; i < s.trunk_sft_steps; ++i)
-        sft.call(&ta::Trainer::train_step, rl::sft_batch(cursor.next(data.train, std::size_t(demo.algo.sft.batch_size)), tok)).get();
+        sft.call_sync(&ta::Trainer::train_step, rl::sft_batch(cursor.next(data.train, std::size_t(demo.algo.sft.batch_size)), tok));
       trunk_path = dir + "/trunk.safetensors";
-      sft.call(&ta::Trainer::save_weights, trunk_path).get();
+      sft.call_sync(&ta::Trainer::save_weights, trunk_path);
     }
     ta::PolicyConfig rm = policy;
     rm.scalar_heads = {"score"};
@@ -145,17 +145,17 @@ int main(int argc, char** argv) {
     optim.warmup_steps = 20;
     optim.weight_decay = s.weight_decay;
     auto trainer = rt.spawn<ta::Trainer>(troupe::Options{}.name("rm_trainer"), ta::TrainerConfig{rm, optim, s.threads});
-    trainer.call(&ta::Trainer::load_trunk, trunk_path).get();
+    trainer.call_sync(&ta::Trainer::load_trunk, trunk_path);
     auto scorer = rt.spawn<ta::RewardModel>(troupe::Options{}.name("reward_model"), ta::RewardModelConfig{rm, "", s.threads});
     const std::string model = dir + "/reward_model.safetensors";
     auto heldout_accuracy = [&] {
-      trainer.call(&ta::Trainer::save_weights, model).get();
-      scorer.call(&ta::RewardModel::load_weights, model).get();
+      trainer.call_sync(&ta::Trainer::save_weights, model);
+      scorer.call_sync(&ta::RewardModel::load_weights, model);
       std::size_t right = 0;
       for (std::size_t at = 0; at < heldout.size(); at += 256) {
         const std::vector<rl::PreferencePair> part(heldout.begin() + long(at), heldout.begin() + long(std::min(heldout.size(), at + 256)));
         const auto b = rl::reward_model_batch(part, tok);
-        const auto scores = scorer.call(&ta::RewardModel::score, ta::SequenceBatch{b.tokens, b.attn_mask}).get();
+        const auto scores = scorer.call_sync(&ta::RewardModel::score, ta::SequenceBatch{b.tokens, b.attn_mask});
         for (std::size_t k = 0; k + 1 < scores.size(); k += 2) right += scores[k] > scores[k + 1] ? 1 : 0;
       }
       return double(right) / double(heldout.size());
@@ -172,7 +172,7 @@ int main(int argc, char** argv) {
       }
       auto b = rl::reward_model_batch(batch, tok, s.margin);
       if (s.lm_coef > 0) b.options["lm_coef"] = s.lm_coef;
-      const auto m = trainer.call(&ta::Trainer::train_step, std::move(b)).get();
+      const auto m = trainer.call_sync(&ta::Trainer::train_step, std::move(b));
       if (step % s.eval_every == 0 || step == s.steps) {
         acc = heldout_accuracy();
         std::cerr << "step " << step << "/" << s.steps << "  loss " << m.loss << "  train pair acc "

@@ -2,8 +2,10 @@
 // reward-model training, the same steps of the demo configuration (64 prompts x 8 samples; 64
 // pairs per reward-model step) run three ways, interleaved step by step so that machine load drifts
 // hit all alike:
-//   in_process  rl::Run's step (or, for the reward model, a Trainer actor): every role an actor on
-//               its own thread of this process, every call msgpack-encoded;
+//   in_process  rl::Run's step (or, for the reward model, a Trainer actor called as
+//               build/bin/reward_model calls it): every role an actor of this process, every call
+//               msgpack-encoded; Run's calls are call_sync, so an idle actor's method runs on the
+//               driver's thread (runtime/include/troupe/actor_ref.hpp);
 //   workers     the same with worker processes (placement.worker_processes: trainer and rollout
 //               colocated in one worker, the reference, the reward and PPO's critic in their own);
 //   plain       the same actor classes as plain objects, called directly in one thread with the same
@@ -257,8 +259,8 @@ nlohmann::ordered_json bench_reward_model(Runtime& rt, const rl::RunConfig& demo
     for (auto& p : cursor.next(data.train, std::size_t(pairs_per_step)))
       pairs.push_back(rl::PreferencePair{p, p.answer, std::to_string(std::stoll(p.answer) + 1)});
     const auto batch = rl::reward_model_batch(pairs, tok);
-    const Sample x = timed([&] { return thread.call(&actors::Trainer::train_step, batch).get(); });
-    const Sample y = timed([&] { return worker.call(&actors::Trainer::train_step, batch).get(); });
+    const Sample x = timed([&] { return thread.call_sync(&actors::Trainer::train_step, batch); });
+    const Sample y = timed([&] { return worker.call_sync(&actors::Trainer::train_step, batch); });
     const Sample z = timed([&] { return plain.train_step(batch); });
     same_math = same_math && same(x, z);
     same_math_workers = same_math_workers && same(y, z);

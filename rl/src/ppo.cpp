@@ -98,9 +98,9 @@ class Ppo final : public Algorithm {
 
   void after_warm_start(Run& run) override {
     if (run.config().algo.critic_init.empty()) {   // the SFT trunk, a fresh value head
-      critic_->call(&actors::Trainer::load_trunk, run.sft_weights_path()).get();
+      critic_->call_sync(&actors::Trainer::load_trunk, run.sft_weights_path());
     } else {   // a reward model's trunk, its score head as the value head
-      critic_->call(&actors::Trainer::load_trunk_as, run.config().algo.critic_init, std::string("score"), std::string("value")).get();
+      critic_->call_sync(&actors::Trainer::load_trunk_as, run.config().algo.critic_init, std::string("score"), std::string("value"));
     }
   }
 
@@ -140,11 +140,11 @@ class Ppo final : public Algorithm {
     return run.record(samples, rewards, m, clock);
   }
 
-  void save(Run&, const std::string& dir) override { critic_->call(&actors::Trainer::save_checkpoint, dir + "/critic").get(); }
+  void save(Run&, const std::string& dir) override { critic_->call_sync(&actors::Trainer::save_checkpoint, dir + "/critic"); }
 
   void load(Run& run, const std::string& dir) override {
-    critic_->call(&actors::Trainer::set_optimizer, run.config().algo.critic_optim).get();
-    critic_->call(&actors::Trainer::load_checkpoint, dir + "/critic").get();
+    critic_->call_sync(&actors::Trainer::set_optimizer, run.config().algo.critic_optim);
+    critic_->call_sync(&actors::Trainer::load_checkpoint, dir + "/critic");
     const auto& s = run.state().values;
     if (auto it = s.find("kl_coef"); it != s.end()) kl_ = KlController(it->second, run.config().algo.kl_target, run.config().algo.kl_horizon);
   }
