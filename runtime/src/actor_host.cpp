@@ -2,6 +2,8 @@
 
 #include <caf/all.hpp>
 
+#include <functional>
+
 #include "troupe/actor_ref.hpp"
 #include "troupe/net/link.hpp"
 #include "troupe/net/token.hpp"
@@ -96,11 +98,13 @@ Result<Payload> invoke(HostedObject& h, const std::string& method, const Payload
   }
 }
 
-// A call from this process, `h.running` held, on the host's thread or its caller's: completed
-// through the cell.
-void run_local(HostedObject& h, const std::shared_ptr<ActorCell>& cell, const std::string& method,
-               const Payload& args, const std::shared_ptr<StateBase>& call) {
-  if (cell->dead()) return;   // killed while queued: its future has failed already
+// A call from this process, `h.running` held, on the host's thread or its caller's. Returns how to
+// complete it, which the caller does once it has let go of `running` (a waiter that sees the result
+// may call again at once and find the actor free); the call stays in the cell's list until then,
+// so no later call overtakes it.
+std::function<void()> run_local(HostedObject& h, const std::shared_ptr<ActorCell>& cell, const std::string& method,
+                                const Payload& args, const std::shared_ptr<StateBase>& call) {
+  if (cell->dead()) return {};   // killed while queued: its future has failed already
   Future<Payload> later;
   auto r = invoke(h, method, args, false, &later);
   if (later.valid()) {   // answered when the method's future completes, on the thread completing it
@@ -108,9 +112,11 @@ void run_local(HostedObject& h, const std::shared_ptr<ActorCell>& cell, const st
     st->on_ready([cell, call, st] {
       if (st->has_error()) cell->fail_call(*call, st->error()); else cell->complete(*call, st->value());
     });
-    return;
+    return {};
   }
-  if (r.ok()) cell->complete(*call, r.value()); else cell->fail_call(*call, r.error());
+  return [cell, call, r = std::move(r)] {
+    if (r.ok()) cell->complete(*call, r.value()); else cell->fail_call(*call, r.error());
+  };
 }
 
 // Fills `reply` with a result for another process (its tensors exposed for the caller to pull).
@@ -193,10 +199,14 @@ caf::behavior host(Host* self, std::shared_ptr<ActorCell> cell, std::shared_ptr<
   cell->set_ready();
   return {
       [self, cell](const CallMsg& m) {
+        HostedObject& h = *self->state.hosted;
+        std::function<void()> complete;
         {
-          std::lock_guard running(self->state.hosted->running);
-          run_local(*self->state.hosted, cell, m.method, m.args, m.call);
+          std::lock_guard running(h.running);
+          h.posted.fetch_sub(1, std::memory_order_relaxed);
+          complete = run_local(h, cell, m.method, m.args, m.call);
         }
+        if (complete) complete();
         linger(self, false);
       },
       [self, cell](ChannelCall& cc) {
@@ -225,21 +235,28 @@ Sent LocalRoute::send(Attempt&& a) {
 }
 
 void LocalRoute::post(const char* method, Payload&& args, std::shared_ptr<StateBase>&& state) {
+  hosted_->posted.fetch_add(1, std::memory_order_relaxed);
   caf::anon_send(host_, CallMsg{std::move(state), method, std::move(args)});
 }
 
 bool LocalRoute::try_claim() {
-  if (!hosted_->running.try_lock()) return false;   // a call runs: the caller's goes to the mailbox
-  if (hosted_->object != nullptr) return true;
-  hosted_->running.unlock();   // not constructed yet, or destroyed
+  // A call runs, or one waits in the mailbox: the caller's goes to the mailbox behind it.
+  if (hosted_->posted.load(std::memory_order_relaxed) != 0 || !hosted_->running.try_lock()) return false;
+  // Posts happen outside the cell's lock: look again now that the host cannot begin one.
+  if (hosted_->object != nullptr && hosted_->posted.load(std::memory_order_relaxed) == 0) return true;
+  hosted_->running.unlock();   // not constructed yet, destroyed, or a call was posted meanwhile
   return false;
 }
 
 void LocalRoute::run_claimed(const std::shared_ptr<ActorCell>& cell, const char* method, const Payload& args,
                              const std::shared_ptr<StateBase>& state) {
-  std::lock_guard running(hosted_->running, std::adopt_lock);
-  RemoteArgs crossing(false);   // the caller may be running a call from another process: this one is local
-  run_local(*hosted_, cell, method, args, state);
+  std::function<void()> complete;
+  {
+    std::lock_guard running(hosted_->running, std::adopt_lock);
+    RemoteArgs crossing(false);   // the caller may be running a call from another process: this one is local
+    complete = run_local(*hosted_, cell, method, args, state);
+  }
+  if (complete) complete();
 }
 
 void LocalRoute::stop() { caf::anon_send_exit(host_, caf::exit_reason::kill); }

@@ -4,7 +4,9 @@
 // it failed with, intact (troupe::ErrorException), or MethodFailed for any other exception.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -65,6 +67,10 @@ struct HostContext {
 // under `running`, when the host destroys it at its exit.
 struct HostedObject {
   std::mutex running;
+  // Calls of this process posted to the host and not yet begun (the host counts one down once it
+  // holds `running`): a caller runs its own call only when none waits, so that none is overtaken,
+  // one whose deadline failed it while it waited included (it still runs).
+  std::atomic<std::int64_t> posted{0};
   void* object = nullptr;                      // guarded by running
   const ActorTypeInfo* type = nullptr;
   HostContext ctx;

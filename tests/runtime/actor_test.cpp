@@ -38,18 +38,21 @@ struct Where {
   int overlaps = 0;
   std::vector<int> seen;
   std::uint64_t thread() { return std::hash<std::thread::id>{}(std::this_thread::get_id()); }
+  std::vector<std::uint64_t> held_on;   // the thread each hold ran on, in order
   int hold(int ms) {   // the number of overlapping calls seen so far
     if (busy.exchange(true)) ++overlaps;
+    held_on.push_back(thread());
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     busy = false;
     return overlaps;
   }
+  std::vector<std::uint64_t> hold_threads() const { return held_on; }
   std::vector<int> log(int k) { seen.push_back(k); return seen; }
   int fail(std::string why) { throw std::runtime_error(why); }
   // The thread another actor's call_sync ran on, asked from inside this actor's method.
   std::uint64_t nested(troupe::ActorRef<Where> other) { return other.call_sync(&Where::thread); }
 };
-TROUPE_ACTOR(Where, thread, hold, log, fail, nested);
+TROUPE_ACTOR(Where, thread, hold, hold_threads, log, fail, nested);
 
 using namespace std::chrono_literals;
 using troupe::ErrorCode;
@@ -380,14 +383,20 @@ TEST_CASE("a call running on its caller's thread holds the actor: other calls wa
   auto rt = make_runtime();
   auto w = rt.spawn<Where>(troupe::Options{});
   REQUIRE(w.ready().wait_for(5s));
+  const auto own = w.call(&Where::thread).get();
   int held_overlaps = -1;
-  std::thread caller([&] { held_overlaps = w.call_sync(&Where::hold, 200); });
+  std::uint64_t caller_thread = 0;
+  std::thread caller([&] {
+    caller_thread = this_thread_hash();
+    held_overlaps = w.call_sync(&Where::hold, 200);
+  });
   std::this_thread::sleep_for(50ms);
   const auto t0 = std::chrono::steady_clock::now();
   CHECK(w.call(&Where::hold, 0).get() == 0);   // ran after the held call, not beside it
   CHECK(std::chrono::steady_clock::now() - t0 >= 100ms);
   caller.join();
   CHECK(held_overlaps == 0);
+  CHECK(w.call(&Where::hold_threads).get() == std::vector<std::uint64_t>{caller_thread, own});
 
   // A kill while it runs: the call fails with ActorDied once its method returns, and the object
   // is destroyed after that, not under it.
@@ -396,12 +405,15 @@ TEST_CASE("a call running on its caller's thread holds the actor: other calls wa
   REQUIRE(t.ready().wait_for(5s));
   REQUIRE(Tracked::live == 1);
   std::optional<troupe::Error> error;
+  const auto start = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::duration failed_after{};
   std::thread sleeper([&] {
     try {
       t.call_sync(&Tracked::sleep_ms, 200);
     } catch (const troupe::CallError& e) {
       error = e.error();
     }
+    failed_after = std::chrono::steady_clock::now() - start;
   });
   std::this_thread::sleep_for(50ms);
   rt.kill(t);
@@ -410,6 +422,7 @@ TEST_CASE("a call running on its caller's thread holds the actor: other calls wa
   sleeper.join();
   REQUIRE(error.has_value());
   CHECK(error->code == ErrorCode::ActorDied);
+  CHECK(failed_after >= 190ms);   // when its method returned, on this thread (the actor's way: at the kill)
   for (int i = 0; i < 200 && Tracked::live != 0; ++i) std::this_thread::sleep_for(10ms);
   CHECK(Tracked::live == 0);
   CHECK(t.call(&Tracked::ping).result().error().code == ErrorCode::ActorDied);

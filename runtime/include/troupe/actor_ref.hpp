@@ -77,14 +77,18 @@ class ActorRef {
   }
 
   // Calls and waits: call(method, args...).get(), the value or a CallError. When the actor is in
-  // this process, constructed and idle (no call running, queued or answering later) and the call
-  // has no deadline, the method runs on the calling thread: no hand-over to the actor's thread and
-  // no wake-up, so a driver's calls one after another cost what their methods cost (the call is
-  // still encoded, and the actor still runs one call at a time, in order). Otherwise, or to another
-  // process, it is call().get(). Two differences where it runs here: the method runs on the
-  // caller's thread (do not use it for an actor whose methods depend on their thread: a
-  // thread-local, a CUDA device made current in its constructor), and a kill while it runs fails
-  // the call only when the method returns.
+  // this process, constructed and idle (no call of this process running, queued or answering
+  // later) and the call has no deadline (none set here, and no Options::call_timeout or runtime
+  // call timeout), the method runs on the calling thread: no hand-over to the actor's thread and no
+  // wake-up, so a driver's calls one after another cost what their methods cost (the call is still
+  // encoded, and the actor still runs one call at a time, in order). Otherwise, or to another
+  // process, it is call().get(). Where it runs here: the method runs on the caller's thread, with
+  // that thread's thread-locals (an actor whose methods depend on their own thread's, such as
+  // libtorch's intra-op thread count, autograd mode or a CUDA device made current in its
+  // constructor, sets them per call, as troupe's actors do: actors::ComputeScope, or is not called
+  // this way); a kill while it runs fails the call only when the method returns; and calls from
+  // other processes waiting in its mailbox may be overtaken (their order with this one is not
+  // defined either way).
   template <class M, class... A>
   auto call_sync(M method, A&&... args) const {
     return send_call(true, method, std::forward<A>(args)...).get();
