@@ -23,6 +23,7 @@ Reference::~Reference() = default;
 Reference::Reference(Reference&&) noexcept = default;
 
 TensorView Reference::logprobs(LogprobRequest request) {
+  const ComputeScope scope(impl_->config.threads);
   at::NoGradGuard no_grad;
   auto lp = token_logprobs(*impl_->policy, from_view(request.tokens), from_view(request.attn_mask), request.temperature);
   return to_view(lp);

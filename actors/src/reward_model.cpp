@@ -31,6 +31,7 @@ RewardModel::~RewardModel() = default;
 RewardModel::RewardModel(RewardModel&&) noexcept = default;
 
 std::vector<float> RewardModel::score(SequenceBatch batch) {
+  const ComputeScope scope(impl_->config.threads);
   at::NoGradGuard no_grad;
   const auto tokens = from_view(batch.tokens), attn = from_view(batch.attn_mask);
   if (tokens.dim() != 2 || attn.sizes() != tokens.sizes()) throw std::invalid_argument("RewardModel::score: tokens and attn_mask must be [N, T]");

@@ -30,6 +30,7 @@ RolloutEngine::~RolloutEngine() = default;
 RolloutEngine::RolloutEngine(RolloutEngine&&) noexcept = default;
 
 RolloutBatch RolloutEngine::generate(GenerateRequest request) {
+  const ComputeScope scope(impl_->config.threads);
   const auto start = std::chrono::steady_clock::now();
   Generation g = actors::generate(*impl_->policy, request.prompts, request.samples_per_prompt, request.sampling,
                                   impl_->config.use_cache, BatchPart{std::move(request.prompt_index), request.prompt_width});

@@ -60,6 +60,7 @@ Trainer::~Trainer() = default;
 Trainer::Trainer(Trainer&&) noexcept = default;
 
 TrainMetrics Trainer::train_step(TrainBatch batch) {
+  const ComputeScope scope(impl_->config.threads);
   const auto start = std::chrono::steady_clock::now();
   const Objective objective = find_objective(batch.objective);
   const auto tokens = from_view(batch.tokens), attn = from_view(batch.attn_mask);
@@ -165,6 +166,7 @@ std::int64_t Trainer::load_checkpoint(std::string dir) {
 void Trainer::save_weights(std::string path) { write_safetensors(path, impl_->policy->views()); }
 
 TensorView Trainer::head_values(SequenceBatch batch, std::string head) {
+  const ComputeScope scope(impl_->config.threads);
   at::NoGradGuard no_grad;
   const auto tokens = from_view(batch.tokens), attn = from_view(batch.attn_mask);
   auto out = impl_->policy->forward_outputs(tokens, positions_from_mask(attn), attn, /*logits=*/false);

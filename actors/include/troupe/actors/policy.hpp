@@ -5,9 +5,12 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/GradMode.h>
+#include <c10/core/InferenceMode.h>
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -83,5 +86,22 @@ at::Tensor last_token_index(const at::Tensor& attn_mask);
 // their constructor, which runs on the actor's own thread (OpenMP thread counts are per thread).
 // blas_threads > 0 also sets the BLAS's own pool, which is process-wide (blas.hpp).
 void set_compute_threads(int n, int blas_threads = 0);
+
+// What a compute method needs of the thread that runs it, for its duration: `threads` libtorch
+// intra-op (OpenMP) threads and autograd as a fresh thread has it (on, no inference mode). The
+// actor's own thread has them from its constructor; a caller's thread running the call
+// (ActorRef::call_sync) has its own, which are restored when the scope ends.
+class ComputeScope {
+ public:
+  explicit ComputeScope(int threads);
+  ~ComputeScope();
+  ComputeScope(const ComputeScope&) = delete;
+  ComputeScope& operator=(const ComputeScope&) = delete;
+
+ private:
+  int threads_before_ = 0;   // > 0: changed, and restored at the end
+  c10::AutoGradMode grad_{true};
+  std::optional<c10::InferenceMode> no_inference_;
+};
 
 }  // namespace troupe::actors
