@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <cmath>
 
@@ -314,4 +315,31 @@ TEST_CASE("micro-batches hold whole row groups (a pair, a GRPO group), and a bat
   CHECK(g_part_rows == std::vector<std::int64_t>{6});
   b.row_group = 4;
   CHECK_THROWS_AS(t.train_step(b), std::invalid_argument);
+}
+
+// A call_sync runs a method on its caller's thread, whatever that thread's libtorch settings.
+TEST_CASE("a compute method sets its own threads and autograd for its duration, and gives the caller's back") {
+  using troupe::actors::testing::copy_batch;
+  using troupe::actors::testing::tiny_policy;
+  Trainer trainer(TrainerConfig{tiny_policy(), OptimConfig{}, 1});
+  (void)at::get_num_threads();   // this thread's count set, as its first op would
+  const int threads = at::get_num_threads();
+  {
+    const ComputeScope scope(threads + 1);
+    CHECK(at::get_num_threads() == threads + 1);
+    CHECK(at::GradMode::is_enabled());
+  }
+  CHECK(at::get_num_threads() == threads);
+  {
+    at::NoGradGuard no_grad;   // a caller in a no-grad scope: the step still trains
+    const auto m = trainer.train_step(copy_batch(4));
+    CHECK(m.policy_version == 1);
+    CHECK(std::isfinite(m.loss));
+    CHECK_FALSE(at::GradMode::is_enabled());   // and the caller's mode is back
+  }
+  {
+    c10::InferenceMode inference;   // a caller in inference mode too
+    CHECK(trainer.train_step(copy_batch(4)).policy_version == 2);
+    CHECK(c10::InferenceMode::is_enabled());
+  }
 }
