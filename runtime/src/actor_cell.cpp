@@ -64,8 +64,9 @@ void ActorCell::submit(const char* method, Payload args, std::shared_ptr<StateBa
     std::lock_guard lk(mu_);
     is_dead = dead();
     if (!is_dead && route_local_) {   // the fast path: a local route never changes once bound
-      // Run here only with no call in flight (none queued ahead of this one, none answering later)
-      // and none running (try_claim): linked first, every later call waits for this one.
+      // Run here only with no call in flight (none queued ahead of this one, none answering later),
+      // none running and none waiting in the host's mailbox (try_claim): linked first, every later
+      // call waits for this one.
       claimed = here && !with_deadline && head_ == nullptr && route_->try_claim();
       link(call);
       seq = call->call_link.seq;

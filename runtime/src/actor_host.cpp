@@ -24,7 +24,7 @@ struct HostState {
   bool linger = false;   // on a thread of its own (detached)
   HostState() = default;
   HostState(const HostState&) = delete;
-  ~HostState() {   // on the host's thread, at its exit: after a call a caller runs on its own thread
+  ~HostState() {   // on the host's thread, at its exit (after any call a caller is running on its own thread)
     if (!hosted) return;
     std::lock_guard lk(hosted->running);
     for (auto& f : hosted->pending) f.state()->fail(Error{ErrorCode::ActorDied, hosted->label + " stopped before it answered"});
