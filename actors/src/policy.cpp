@@ -258,8 +258,8 @@ void set_compute_threads(int n, int blas_threads) {
 
 namespace {
 
-// libgomp's per-thread count, looked up at run time (libtorch links it; at::set_num_threads would
-// also rebuild libtorch's process-wide pthreadpool).
+// libgomp's per-thread count, looked up at run time (libtorch links it). at::set_num_threads would
+// also change process-wide settings: the count new threads start with, libtorch's pthreadpool.
 struct OpenMp {
   int (*get)() = nullptr;
   void (*set)(int) = nullptr;
