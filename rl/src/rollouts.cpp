@@ -62,15 +62,13 @@ std::size_t RolloutPool::members() const { return group_ ? group_->size() : 0; }
 std::int64_t RolloutPool::pull_weights() {
   published_ = true;
   if (!group_) return version_ = engine0_.call_sync(&actors::RolloutEngine::pull_weights, store_);
-  auto first = engine0_.call(&actors::RolloutEngine::pull_weights, store_);
-  {
-    auto slots = group_->call_all(&actors::RolloutEngine::pull_weights, store_).result();
-    if (!slots.ok()) spdlog::warn("rollout pool: {}", slots.error().to_string());
-    else
-      for (const auto& s : *slots) {
-        if (!s.ok()) spdlog::warn("rollout pool: a member did not pull the new weights: {}", s.error().to_string());
-      }
-  }
+  auto first = engine0_.call(&actors::RolloutEngine::pull_weights, store_);   // beside the members' pulls
+  auto slots = group_->call_all(&actors::RolloutEngine::pull_weights, store_).result();
+  if (!slots.ok()) spdlog::warn("rollout pool: {}", slots.error().to_string());
+  else
+    for (const auto& s : *slots) {
+      if (!s.ok()) spdlog::warn("rollout pool: a member did not pull the new weights: {}", s.error().to_string());
+    }
   version_ = first.get();
   return version_;
 }
