@@ -2,7 +2,7 @@
 
 #include <caf/all.hpp>
 
-#include <functional>
+#include <optional>
 
 #include "troupe/actor_ref.hpp"
 #include "troupe/net/link.hpp"
@@ -98,25 +98,29 @@ Result<Payload> invoke(HostedObject& h, const std::string& method, const Payload
   }
 }
 
-// A call from this process, `h.running` held, on the host's thread or its caller's. Returns how to
-// complete it, which the caller does once it has let go of `running` (a waiter that sees the result
-// may call again at once and find the actor free); the call stays in the cell's list until then,
-// so no later call overtakes it.
-std::function<void()> run_local(HostedObject& h, const std::shared_ptr<ActorCell>& cell, const std::string& method,
-                                const Payload& args, const std::shared_ptr<StateBase>& call) {
-  if (cell->dead()) return {};   // killed while queued: its future has failed already
+// A call from this process, `h.running` held, on the host's thread or its caller's. Returns its
+// outcome, for finish_local once the caller has let go of `running` (a waiter that sees the result
+// may call again at once and find the actor free; the call stays in the cell's list until then, so
+// no later call overtakes it); none when there is nothing to complete now (killed while queued, or
+// answered later, when the method's future completes).
+std::optional<Result<Payload>> run_local(HostedObject& h, const std::shared_ptr<ActorCell>& cell, const std::string& method,
+                                         const Payload& args, const std::shared_ptr<StateBase>& call) {
+  if (cell->dead()) return std::nullopt;   // killed while queued: its future has failed already
   Future<Payload> later;
   auto r = invoke(h, method, args, false, &later);
-  if (later.valid()) {   // answered when the method's future completes, on the thread completing it
+  if (later.valid()) {   // answered on the thread completing the method's future
     auto* st = later.state().get();   // alive while it runs its callbacks
     st->on_ready([cell, call, st] {
       if (st->has_error()) cell->fail_call(*call, st->error()); else cell->complete(*call, st->value());
     });
-    return {};
+    return std::nullopt;
   }
-  return [cell, call, r = std::move(r)] {
-    if (r.ok()) cell->complete(*call, r.value()); else cell->fail_call(*call, r.error());
-  };
+  return r;
+}
+
+void finish_local(ActorCell& cell, StateBase& call, const std::optional<Result<Payload>>& outcome) {
+  if (!outcome) return;
+  if (outcome->ok()) cell.complete(call, outcome->value()); else cell.fail_call(call, outcome->error());
 }
 
 // Fills `reply` with a result for another process (its tensors exposed for the caller to pull).
@@ -200,13 +204,13 @@ caf::behavior host(Host* self, std::shared_ptr<ActorCell> cell, std::shared_ptr<
   return {
       [self, cell](const CallMsg& m) {
         HostedObject& h = *self->state.hosted;
-        std::function<void()> complete;
+        std::optional<Result<Payload>> outcome;
         {
           std::lock_guard running(h.running);
           h.posted.fetch_sub(1, std::memory_order_relaxed);
-          complete = run_local(h, cell, m.method, m.args, m.call);
+          outcome = run_local(h, cell, m.method, m.args, m.call);
         }
-        if (complete) complete();
+        finish_local(*cell, *m.call, outcome);
         linger(self, false);
       },
       [self, cell](ChannelCall& cc) {
@@ -250,13 +254,13 @@ bool LocalRoute::try_claim() {
 
 void LocalRoute::run_claimed(const std::shared_ptr<ActorCell>& cell, const char* method, const Payload& args,
                              const std::shared_ptr<StateBase>& state) {
-  std::function<void()> complete;
+  std::optional<Result<Payload>> outcome;
   {
     std::lock_guard running(hosted_->running, std::adopt_lock);
     RemoteArgs crossing(false);   // the caller may be running a call from another process: this one is local
-    complete = run_local(*hosted_, cell, method, args, state);
+    outcome = run_local(*hosted_, cell, method, args, state);
   }
-  if (complete) complete();
+  finish_local(*cell, *state, outcome);
 }
 
 void LocalRoute::stop() { caf::anon_send_exit(host_, caf::exit_reason::kill); }
