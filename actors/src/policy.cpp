@@ -5,8 +5,6 @@
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -256,40 +254,20 @@ void set_compute_threads(int n, int blas_threads) {
   if (blas_threads > 0) set_blas_threads(blas_threads);
 }
 
-namespace {
-
-// libgomp's per-thread count, looked up at run time (libtorch links it). at::set_num_threads would
-// also change process-wide settings: the count new threads start with, libtorch's pthreadpool.
-struct OpenMp {
-  int (*get)() = nullptr;
-  void (*set)(int) = nullptr;
-  OpenMp() {
-    get = reinterpret_cast<int (*)()>(::dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
-    set = reinterpret_cast<void (*)(int)>(::dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
-    if (get == nullptr || set == nullptr) get = nullptr, set = nullptr;
-  }
-};
-
-const OpenMp& openmp() {
-  static const OpenMp o;
-  return o;
-}
-
-}  // namespace
-
+// Through libgomp itself (blas.hpp): at::set_num_threads would also change process-wide settings,
+// the count new threads start with and libtorch's pthreadpool.
 ComputeScope::ComputeScope(int threads) {
   if (c10::InferenceMode::is_enabled()) no_inference_.emplace(false);
-  if (openmp().get == nullptr) return;
   (void)at::get_num_threads();   // libtorch sets a thread's count at its first op: first, not under this scope
   const int want = threads < 1 ? 1 : threads;
-  const int before = openmp().get();
-  if (before == want) return;
-  openmp().set(want);
+  const int before = openmp_threads();
+  if (before == 0 || before == want) return;
+  set_openmp_threads(want);
   threads_before_ = before;
 }
 
 ComputeScope::~ComputeScope() {
-  if (threads_before_ > 0) openmp().set(threads_before_);
+  if (threads_before_ > 0) set_openmp_threads(threads_before_);
 }
 
 }  // namespace troupe::actors

@@ -14,4 +14,9 @@ namespace troupe::actors {
 void set_blas_threads(int n);
 int blas_threads();   // 0 when the BLAS is not OpenBLAS
 
+// This thread's OpenMP thread count, libtorch's intra-op threads (n >= 1; per thread, unlike
+// OpenBLAS's). 0 / nothing when libgomp is not loaded.
+int openmp_threads();
+void set_openmp_threads(int n);
+
 }  // namespace troupe::actors
