@@ -165,7 +165,38 @@ void check_advantages() {
   record("group_advantages", err, 2e-5, time_us([&] { (void)tk::cuda::group_advantages(ds.p, groups, g, da.p); }), groups * g * 8.0);
 }
 
+// The CPU twin and the CUDA kernel on one batch: max relative error of advantages and returns.
+double gae_err(const std::vector<float>& r, const std::vector<float>& v, const std::vector<uint8_t>& mask,
+               int64_t rows, int64_t tokens, const tk::GaeOptions& o) {
+  const size_t n = size_t(rows * tokens);
+  const uint8_t* m = mask.empty() ? nullptr : mask.data();
+  std::vector<float> adv(n), ret(n);
+  must(tk::gae(r.data(), v.data(), m, rows, tokens, adv.data(), ret.data(), o), "cpu gae");
+  Dev<float> dr(r), dv(v), dadv(n), dret(n);
+  Dev<uint8_t> dm(mask);
+  must(tk::cuda::gae(dr.p, dv.p, m ? dm.p : nullptr, rows, tokens, dadv.p, dret.p, o), "cuda gae");
+  CK(cudaDeviceSynchronize());
+  return std::max(max_rel(dadv.host(), adv), max_rel(dret.host(), ret));
+}
+
 void check_gae() {
+  // Shapes around the kernel's tile (32 lanes x 16 tokens) and lane chunks, with the mask random,
+  // absent, all-masked rows, left padding and a single valid token.
+  double edge_err = 0.0;
+  const int64_t shapes[][2] = {{1, 1}, {3, 7}, {5, 33}, {4, 511}, {4, 512}, {4, 513}, {3, 5000}, {70, 100}};
+  uint64_t seed = 100;
+  for (const auto& s : shapes) {
+    const int64_t rows = s[0], tokens = s[1];
+    const size_t n = size_t(rows * tokens);
+    auto r = randn(n, 0.3f, seed++), v = randn(n, 1.0f, seed++);
+    auto mask = random_mask(n, seed++);
+    for (int64_t t = 0; t < tokens; ++t) mask[size_t(t)] = 0;                                      // row 0: all masked
+    if (rows > 1) for (int64_t t = 0; t < tokens / 2; ++t) mask[size_t(tokens + t)] = 0;           // row 1: left padding
+    if (rows > 2) for (int64_t t = 0; t < tokens; ++t) mask[size_t(2 * tokens + t)] = t == tokens / 3;  // row 2: one token
+    edge_err = std::max({edge_err, gae_err(r, v, mask, rows, tokens, {0.99f, 0.95f}),
+                         gae_err(r, v, {}, rows, tokens, {1.0f, 1.0f})});
+  }
+  std::printf("gae edge shapes: max err %.2e\n", edge_err);
   const int64_t rows = 512, tokens = 1024;   // a PPO batch: 512 responses of 1024 tokens
   const size_t n = size_t(rows * tokens);
   auto r = randn(n, 0.3f, 11), v = randn(n, 1.0f, 12);
@@ -177,7 +208,7 @@ void check_gae() {
   Dev<uint8_t> dm(mask);
   must(tk::cuda::gae(dr.p, dv.p, dm.p, rows, tokens, dadv.p, dret.p, o), "cuda gae");
   CK(cudaDeviceSynchronize());
-  const double err = std::max(max_rel(dadv.host(), adv), max_rel(dret.host(), ret));
+  const double err = std::max({max_rel(dadv.host(), adv), max_rel(dret.host(), ret), edge_err});
   record("gae", err, 1e-5, time_us([&] { (void)tk::cuda::gae(dr.p, dv.p, dm.p, rows, tokens, dadv.p, dret.p, o); }),
          double(n) * (4 + 4 + 1 + 4 + 4));
 }

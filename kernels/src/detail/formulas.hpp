@@ -20,11 +20,13 @@ inline constexpr float kLogRatioClampPpo = 20.0f;  // PPO: |logp - old_logp| cla
 
 TROUPE_HD float clampf(float x, float lo, float hi) { return x < lo ? lo : (x > hi ? hi : x); }
 
-// One row of gae: the reverse scan over `tokens` (see gae.hpp), the same on the CPU and the GPU.
-TROUPE_HD void gae_row(const float* r, const float* v, const std::uint8_t* m, std::int64_t tokens, double gamma,
-                       double gamma_lambda, float* adv, float* ret) {
-  double next_value = 0.0, next_adv = 0.0;
-  for (std::int64_t t = tokens - 1; t >= 0; --t) {
+// Tokens [begin, end) of one row of gae, last first, from the state the scan carries in from the
+// right (the next valid token's value and advantage), which it leaves updated. The same on the CPU
+// and the GPU (the CUDA kernel runs it per lane chunk from a scanned state).
+TROUPE_HD void gae_steps(const float* r, const float* v, const std::uint8_t* m, std::int64_t begin, std::int64_t end,
+                         double gamma, double gamma_lambda, double& next_value, double& next_adv, float* adv,
+                         float* ret) {
+  for (std::int64_t t = end - 1; t >= begin; --t) {
     if (m != nullptr && m[t] == 0) {
       adv[t] = 0.0f;
       ret[t] = 0.0f;
@@ -37,6 +39,13 @@ TROUPE_HD void gae_row(const float* r, const float* v, const std::uint8_t* m, st
     next_value = value;
     next_adv = a;
   }
+}
+
+// One row of gae: the reverse scan over `tokens` (see gae.hpp).
+TROUPE_HD void gae_row(const float* r, const float* v, const std::uint8_t* m, std::int64_t tokens, double gamma,
+                       double gamma_lambda, float* adv, float* ret) {
+  double next_value = 0.0, next_adv = 0.0;
+  gae_steps(r, v, m, 0, tokens, gamma, gamma_lambda, next_value, next_adv, adv, ret);
 }
 
 // One group of group_advantages: writes the G advantages of `s` into `a` and returns the group's
