@@ -9,9 +9,11 @@ DeadlineTimer::~DeadlineTimer() { stop(); }
 DeadlineTimer::Key DeadlineTimer::schedule(Clock::time_point when, std::function<void()> fire) {
   std::lock_guard lk(mu_);
   Key key{when, next_token_++};
-  bool earliest = entries_.empty() || key < entries_.begin()->first;
   entries_.emplace(key, std::move(fire));
-  if (earliest) cv_.notify_one();
+  if (when < armed_) {
+    armed_ = Clock::time_point::min();   // woken: it looks again before it sleeps
+    cv_.notify_one();
+  }
   return key;
 }
 
@@ -34,10 +36,22 @@ void DeadlineTimer::stop() {
 void DeadlineTimer::run() {
   std::unique_lock lk(mu_);
   while (!stopping_) {
-    if (entries_.empty()) { cv_.wait(lk); continue; }
+    if (entries_.empty()) {
+      armed_ = Clock::time_point::max();
+      cv_.wait(lk);
+      armed_ = Clock::time_point::min();
+      continue;
+    }
     auto first = entries_.begin();
     const Clock::time_point when = first->first.first;   // a copy: the entry may go while we wait
-    if (Clock::now() < when) { cv_.wait_until(lk, when); continue; }
+    if (Clock::now() < when) {
+      // Cancelled entries are not looked for: the thread wakes at `when` and sleeps on, until the
+      // earliest entry then (at most one needless wake-up per earliest deadline).
+      armed_ = when;
+      cv_.wait_until(lk, when);
+      armed_ = Clock::time_point::min();
+      continue;
+    }
     auto fire = std::move(first->second);
     entries_.erase(first);
     lk.unlock();

@@ -44,6 +44,10 @@ class DeadlineTimer final : public Timer {
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<Key, std::function<void()>> entries_;
+  // What the thread sleeps until: max while it waits with no entry, min while it is not asleep (it
+  // looks at the entries before it sleeps again). A new entry wakes it only if due before that:
+  // a call's deadline, scheduled as the previous call's is cancelled, wakes no thread.
+  Clock::time_point armed_ = Clock::time_point::min();
   std::uint64_t next_token_ = 1;
   bool stopping_ = false;
   std::thread thread_;

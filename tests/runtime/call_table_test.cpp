@@ -4,10 +4,12 @@
 // death fails every call in flight; a broken route hands its calls to its fallback.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "actor_cell.hpp"
@@ -342,4 +344,41 @@ TEST_CASE("call table: an attempt its route could not send is kept, arguments an
   CHECK(next->args[0].bytes == troupe::encode_args(1).bytes);   // the arguments it was made with
   REQUIRE(t.reply(2, 1, 7));
   CHECK(f.get() == 7);
+}
+
+TEST_CASE("deadline timer: entries fire at their time, in order, after cancelled ones and before later ones") {
+  // The timer's thread sleeps until its earliest entry and is woken only for an earlier one: a
+  // deadline added behind a cancelled one, or before the one it sleeps for, must still fire on time.
+  d::DeadlineTimer timer;
+  std::mutex mu;
+  std::vector<std::pair<int, d::Timer::Clock::time_point>> fired;
+  auto entry = [&](int id) {
+    return [&, id] {
+      std::lock_guard lk(mu);
+      fired.emplace_back(id, d::Timer::Clock::now());
+    };
+  };
+  const auto t0 = d::Timer::Clock::now();
+  const auto cancelled = timer.schedule(t0 + 400ms, entry(0));   // the thread sleeps until this one...
+  std::this_thread::sleep_for(20ms);
+  timer.cancel(cancelled);                                        // ...which goes
+  timer.schedule(t0 + 500ms, entry(1));                           // later than what it sleeps for: no wake-up
+  timer.schedule(t0 + 100ms, entry(2));                           // earlier: it must wake for this one
+  const auto gone = timer.schedule(t0 + 200ms, entry(3));
+  timer.cancel(gone);
+  for (int i = 0; i < 300; ++i) {
+    {
+      std::lock_guard lk(mu);
+      if (fired.size() == 2) break;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  std::this_thread::sleep_for(100ms);   // nothing else fires
+  std::lock_guard lk(mu);
+  REQUIRE(fired.size() == 2);
+  CHECK(fired[0].first == 2);
+  CHECK(fired[1].first == 1);
+  CHECK(fired[0].second >= t0 + 100ms);
+  CHECK(fired[1].second >= t0 + 500ms);
+  CHECK(fired[0].second < t0 + 350ms);   // woken for it, not at the cancelled entry's time
 }
