@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <new>
 #include <stdexcept>
@@ -47,8 +48,8 @@ void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t seen, std::chron
   ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, seen, &ts, nullptr, 0);
 }
 
-void futex_wake(std::atomic<std::uint32_t>& word) {
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, 1, nullptr, nullptr, 0);
+void futex_wake(std::atomic<std::uint32_t>& word, int count = 1) {
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, count, nullptr, nullptr, 0);
 }
 
 std::size_t file_size(std::uint64_t capacity) { return kHeaderPage + 2 * std::size_t(capacity); }
@@ -186,6 +187,13 @@ Producer::Put Producer::put(const iovec* parts, int count, std::size_t total, Cl
   // looking before this sees the frame when it checks once more, or this sees no one awake.
   c_.head.store(head_);
   if (c_.awake.load() == 0 && c_.rung.exchange(1) == 0) return Put::Ring;
+  // The same pair with the sleepers' count and their look at the ring (LaneWatch::sleep). One of
+  // them: it takes whatever the ring holds and hands each message to its thread (whose own bell it
+  // rings), so that a process whose many hosts sleep here wakes one thread a frame, not all.
+  if (c_.sleepers.load() != 0) {
+    c_.bell.fetch_add(1);
+    futex_wake(c_.bell);
+  }
   return Put::Ok;
 }
 

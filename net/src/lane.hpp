@@ -10,8 +10,10 @@
 // Waking: a consumer thread that looks at a ring counts itself in `awake`; a producer that
 // publishes a frame while none looks asks for a doorbell (Put::Ring: the link sends one over its
 // socket, whose io thread then takes the frames). So nothing sleeps between a call and its reply
-// while someone looks, and nothing spins when nobody does. A producer short of room waits on a
-// futex in the file that the consumer bumps when it makes room.
+// while someone looks, and nothing spins when nobody does. A looking thread may also sleep on the
+// ring's `bell`, a futex in the file (LaneWatch::sleep): the producer then wakes it directly, one
+// wake-up where a doorbell costs two (the io thread's, then the thread it hands the message to).
+// A producer short of room waits on a futex in the file that the consumer bumps when it makes room.
 #pragma once
 
 #include <sys/uio.h>
@@ -36,6 +38,8 @@ struct Control {
   alignas(64) std::atomic<std::uint64_t> head;   // bytes published, ever
   alignas(64) std::atomic<std::uint64_t> tail;   // bytes taken, ever
   alignas(64) std::atomic<std::uint32_t> awake;  // consumer threads looking at the ring now
+  std::atomic<std::uint32_t> sleepers;           // of those, the ones asleep on `bell` (LaneWatch::sleep)
+  std::atomic<std::uint32_t> bell;               // futex word: bumped when a frame is published to sleepers
   std::atomic<std::uint32_t> rung;               // a doorbell is on its way (set by the producer)
   std::atomic<std::uint32_t> waiting;            // the producer waits for room
   std::atomic<std::uint32_t> room;               // futex word: bumped when room is made for it
@@ -84,7 +88,7 @@ class Producer {
     Broken,    // not published: the shared indices make no sense (the peer wrote over them)
   };
   // Publishes `total` bytes gathered from `parts` (one frame, at most the capacity), waiting for
-  // room until `deadline` or until `stop` is true.
+  // room until `deadline` or until `stop` is true; wakes the consumers asleep on the bell.
   Put put(const iovec* parts, int count, std::size_t total, std::chrono::steady_clock::time_point deadline,
           const std::atomic<bool>& stop);
 

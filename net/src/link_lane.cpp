@@ -2,6 +2,12 @@
 // handing off to the io thread, the switch from the socket, the end; and LaneWatch.
 #include "link_impl.hpp"   // first: it includes <utility> before Boost.Asio
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
 #include <limits>
 
 #include <spdlog/spdlog.h>
@@ -163,6 +169,55 @@ std::size_t LaneWatch::drain() {
   std::size_t n = 0;
   for (auto& l : lanes_) n += Lane::drain(*l);
   return n;
+}
+
+namespace {
+
+// futex_waitv's flags (linux/futex.h of Linux 6.1 names only the struct): a 32-bit word, and
+// whether it is this process's alone. The lanes' bells are not: their files are mapped by two.
+constexpr std::uint32_t kFutexU32 = 0x02, kFutexPrivate = FUTEX_PRIVATE_FLAG;
+std::atomic<bool> no_waitv{false};   // the kernel has no futex_waitv
+
+std::uint64_t address_of(const std::atomic<std::uint32_t>& word) { return reinterpret_cast<std::uintptr_t>(&word); }
+
+}  // namespace
+
+bool LaneWatch::sleep(const std::atomic<std::uint32_t>& word, std::uint32_t seen,
+                      std::chrono::steady_clock::time_point until) {
+  if (lanes_.size() >= FUTEX_WAITV_MAX || no_waitv.load(std::memory_order_relaxed)) return false;
+  const auto me = std::this_thread::get_id();
+  for (auto& l : lanes_) {
+    if (l->holder.load(std::memory_order_relaxed) == me) return false;
+  }
+  futex_waitv waiters[FUTEX_WAITV_MAX] = {};
+  waiters[0] = {seen, address_of(word), kFutexU32 | kFutexPrivate, 0};
+  std::size_t n = 1;
+  for (auto& l : lanes_) {
+    auto& c = l->in.control();
+    c.sleepers.fetch_add(1);
+    waiters[n++] = {c.bell.load(), address_of(c.bell), kFutexU32, 0};
+  }
+  // seq_cst, after the count and the bell: a frame published before this is seen here; one after
+  // it finds this thread counted and bumps the bell, which the sleep below sees (lane::Producer::put).
+  bool pending = false;
+  for (auto& l : lanes_) pending = pending || l->in.pending();
+  if (pending) {
+    std::this_thread::yield();   // a frame another thread is taking (the caller's drain() found none)
+  } else {
+    const auto since_epoch = until.time_since_epoch();
+    const auto secs = std::chrono::duration_cast<std::chrono::seconds>(since_epoch);
+    const timespec at{time_t(secs.count()), long(std::chrono::nanoseconds(since_epoch - secs).count())};
+    const bool forever = until == std::chrono::steady_clock::time_point::max();
+    if (::syscall(SYS_futex_waitv, waiters, n, 0, forever ? nullptr : &at, CLOCK_MONOTONIC) < 0 && errno == ENOSYS) {
+      no_waitv.store(true);
+    }
+  }
+  for (auto& l : lanes_) l->in.control().sleepers.fetch_sub(1);
+  return !no_waitv.load(std::memory_order_relaxed);
+}
+
+void wake_word(std::atomic<std::uint32_t>& word) {
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
 }
 
 }  // namespace troupe::net

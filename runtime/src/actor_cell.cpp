@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "troupe/actor_ref.hpp"
@@ -16,7 +17,15 @@ struct CallRecord {
   const Route* via = nullptr;            // the route its attempt is on; null: unsent (queued)
   std::uint64_t incarnation = 0;         // via's: only its replies answer the call (FT-2)
   std::vector<std::uint64_t> regions;    // argument tensors exposed for that attempt
+  std::chrono::steady_clock::time_point sent_at{};   // of that attempt
 };
+
+namespace {
+
+// How much a new reply time weighs in a method's average: a few calls follow a change of pace.
+constexpr double kReplyTimeWeight = 0.25;
+
+}  // namespace
 
 void CallRecordDeleter::operator()(CallRecord* r) const noexcept { delete r; }
 
@@ -101,6 +110,7 @@ void ActorCell::submit(const char* method, Payload args, std::shared_ptr<StateBa
           rec->via = route.get();
           rec->incarnation = route_incarnation_;
           rec->attempts = 1;
+          sending_locked(*rec, *call);
         }
         call->call_link.record = std::move(rec);
         recorded_[seq] = call.get();
@@ -148,12 +158,23 @@ void ActorCell::deliver(Route& route, Pending p) {
   release(sent.regions);   // the call was answered already: the callee is done with them
 }
 
+void ActorCell::sending_locked(CallRecord& rec, StateBase& call) {
+  rec.sent_at = std::chrono::steady_clock::now();
+  for (const ReplyTime& t : reply_times_) {
+    if (t.method == rec.method) {
+      call.expect_reply(rec.sent_at + t.mean);
+      return;
+    }
+  }
+}
+
 ActorCell::Pending ActorCell::take_for_send_locked(std::uint64_t seq, const Route* route) {
   StateBase* st = recorded_.at(seq);
   CallRecord& rec = *st->call_link.record;
   rec.via = route;
   rec.incarnation = route->incarnation();
   rec.attempts += 1;
+  sending_locked(rec, *st);
   Payload args = spec_.max_retries > 0 ? rec.args : std::move(rec.args);
   return Pending{seq, rec.method, std::move(args), st->call_link.self};
 }
@@ -266,6 +287,10 @@ std::shared_ptr<StateBase> ActorCell::take_reply(std::uint64_t incarnation, std:
     // FT-2: only a reply of the incarnation its attempt went to (bind() sends queued calls
     // before it publishes the route, so the bound route is not the test).
     if (rec.via == nullptr || rec.incarnation != incarnation) return nullptr;
+    const auto took = std::chrono::steady_clock::now() - rec.sent_at;
+    auto t = std::find_if(reply_times_.begin(), reply_times_.end(), [&](const ReplyTime& x) { return x.method == rec.method; });
+    if (t == reply_times_.end()) reply_times_.push_back(ReplyTime{rec.method, took});
+    else t->mean += std::chrono::duration_cast<std::chrono::nanoseconds>((took - t->mean) * kReplyTimeWeight);
     state = unlink(*it->second, &regions);
   }
   release(regions);   // the callee has finished with our argument tensors

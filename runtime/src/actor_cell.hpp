@@ -129,6 +129,8 @@ class ActorCell : public std::enable_shared_from_this<ActorCell> {
   // mu_ held: call `seq`, about to be sent on `route`, as a Pending (its args copied while it
   // may be resent, else moved out).
   Pending take_for_send_locked(std::uint64_t seq, const Route* route);
+  // mu_ held: an attempt of the call goes out now; its waiter learns when to expect the reply.
+  void sending_locked(CallRecord& rec, StateBase& call);
   void fail_all(std::vector<std::shared_ptr<StateBase>>& calls, std::vector<std::uint64_t>& regions,
                 const Error& error);
   void release(std::vector<std::uint64_t>& regions) const;
@@ -149,6 +151,14 @@ class ActorCell : public std::enable_shared_from_this<ActorCell> {
   Error death_error_;   // what every call fails with once dead
   Served served_;
   std::unordered_map<std::uint64_t, StateBase*> recorded_;   // calls with a CallRecord, by seq
+  // Per method, how long its calls on remote routes took from send to reply (a moving average):
+  // each new call tells its waiter when to expect the reply (StateBase::expect_reply). An actor
+  // has a few methods: looked for in order.
+  struct ReplyTime {
+    std::string method;
+    std::chrono::nanoseconds mean{0};
+  };
+  std::vector<ReplyTime> reply_times_;
 
   const CellSpec spec_;
   const CallTableEnv env_;

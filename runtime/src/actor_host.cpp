@@ -15,9 +15,19 @@ namespace {
 // A synchronous caller's next call, or the next of a pipeline stage, usually comes within
 // microseconds, while waking a parked thread costs ~50 us on a small VM (one futex wake and an
 // idle vCPU's wake-up per call, the larger part of a call's cost there). A host with nothing coming
-// parks kLinger after its last call: bounded, and nothing while idle. Hosts on CAF's shared
-// scheduler never linger (they would hold one of its workers).
+// stops looking kLinger after its last call: bounded, and nothing while idle (it parks, or after
+// a call from another process sleeps where that process's next call wakes it: kSleepLinger).
+// Hosts on CAF's shared scheduler never linger (they would hold one of its workers).
 constexpr auto kLinger = std::chrono::microseconds(50);
+// After a call from another process, a host on its own thread then sleeps this long on this
+// process's lanes and its bell (HostedObject) before it parks on its mailbox: the next call by a
+// lane wakes it directly, where a parked host's costs two wake-ups (the io thread's, which the
+// caller's doorbell wakes, then the host's, which the io thread's post wakes), ~50-100 us each on
+// a small VM. Whatever posts to the host rings its bell; anything else that reaches its mailbox
+// (none of troupe's) waits this long at most. A sleeping thread costs nothing, and one frame wakes
+// one sleeper of a process (lane::Producer::put): long enough for the calls of a pipeline's
+// stages, which come every few tens of milliseconds.
+constexpr auto kSleepLinger = std::chrono::seconds(1);
 
 struct HostState {
   std::shared_ptr<HostedObject> hosted;
@@ -36,8 +46,9 @@ struct HostState {
 
 using Host = caf::stateful_actor<HostState>;
 
-// After a call: looks for the next message for kLinger before returning to CAF, which parks the
-// thread once the mailbox is empty. Any message ends it (a call, an exit), and CAF takes it next.
+// After a call: looks for the next message for kLinger (then, after a call from another process,
+// sleeps for it up to kSleepLinger) before returning to CAF, which parks the thread once the
+// mailbox is empty. Any message ends it (a call, an exit), and CAF takes it next.
 // After a call from this process the host only pauses between looks: its caller, on another core,
 // usually sends the next call within a microsecond or two, and a thread that yielded its core to
 // another process's thread would lose the wake-up preemption a parked one gets, so that a call
@@ -47,9 +58,25 @@ using Host = caf::stateful_actor<HostState>;
 // published there by its caller, then reaches the mailbox with no io thread woken.
 void linger(Host* self, bool remote) {
   if (!self->state.linger) return;
-  const auto until = std::chrono::steady_clock::now() + kLinger;
+  const auto now = std::chrono::steady_clock::now();
+  const auto until = now + kLinger;
   if (remote) {   // the next call may come by a lane: this thread takes it there itself
-    net::watch_lanes_until([self] { return !self->mailbox().empty(); }, until);
+    net::LaneWatch watch;
+    while (self->mailbox().empty() && std::chrono::steady_clock::now() < until) {
+      if (watch.drain() == 0) std::this_thread::yield();
+    }
+    HostedObject& h = *self->state.hosted;
+    const auto sleep_until = now + kSleepLinger;
+    while (self->mailbox().empty() && std::chrono::steady_clock::now() < sleep_until) {
+      // seq_cst with a poster's bell and `sleeping` (HostedObject::ring): it wakes this sleep,
+      // or the look at the mailbox after reading the bell sees its message.
+      h.sleeping.store(true);
+      const std::uint32_t seen = h.bell.load();
+      if (!self->mailbox().empty() || !watch.sleep(h.bell, seen, sleep_until)) break;
+      h.sleeping.store(false);   // awake: what this thread posts to itself as it drains rings no one
+      watch.drain();
+    }
+    h.sleeping.store(false);
     return;
   }
   for (unsigned i = 0; self->mailbox().empty(); ++i) {
@@ -124,9 +151,9 @@ void finish_local(ActorCell& cell, StateBase& call, const std::optional<Result<P
 }
 
 // Fills `reply` with a result for another process (its tensors exposed for the caller to pull).
-void set_result(WireReply& reply, Payload& result) {
+void set_result(WireReply& reply, Payload& result, std::size_t inline_max) {
   try {
-    WirePayload out = to_wire(result);
+    WirePayload out = to_wire(result, inline_max);
     reply.result = std::move(out.bytes);
     reply.tensors = std::move(out.tensors);
   } catch (const ErrorException& e) {
@@ -165,12 +192,12 @@ void run_remote(Host* self, ActorCell& cell, WireCall& wc, const std::shared_ptr
       if (later.valid()) {   // sent when the method's future completes, from the thread completing it
         auto* st = later.state().get();   // alive while it runs its callbacks
         st->on_ready([reply = std::move(reply), sink, st]() mutable {
-          if (st->has_error()) reply.set_error(st->error()); else set_result(reply, st->value());
+          if (st->has_error()) reply.set_error(st->error()); else set_result(reply, st->value(), sink->inline_max());
           sink->reply(reply, false);
         });
         return;
       }
-      if (r.ok()) set_result(reply, r.value()); else reply.set_error(r.error());
+      if (r.ok()) set_result(reply, r.value(), sink->inline_max()); else reply.set_error(r.error());
       // Calls queued behind this one: its reply may wait to leave with theirs (the io thread
       // writes it within microseconds, the last one of a run goes at once).
       more = !self->mailbox().empty();
@@ -238,9 +265,20 @@ Sent LocalRoute::send(Attempt&& a) {
   return Sent{this, {}, {}};
 }
 
+void HostedObject::ring() {
+  bell.fetch_add(1);
+  if (sleeping.load()) net::wake_word(bell);
+}
+
 void LocalRoute::post(const char* method, Payload&& args, std::shared_ptr<StateBase>&& state) {
   hosted_->posted.fetch_add(1, std::memory_order_relaxed);
   caf::anon_send(host_, CallMsg{std::move(state), method, std::move(args)});
+  hosted_->ring();
+}
+
+void LocalRoute::deliver(ChannelCall&& call) {
+  caf::anon_send(host_, std::move(call));
+  hosted_->ring();
 }
 
 bool LocalRoute::try_claim() {
@@ -263,6 +301,9 @@ void LocalRoute::run_claimed(const std::shared_ptr<ActorCell>& cell, const char*
   finish_local(*cell, *state, outcome);
 }
 
-void LocalRoute::stop() { caf::anon_send_exit(host_, caf::exit_reason::kill); }
+void LocalRoute::stop() {
+  caf::anon_send_exit(host_, caf::exit_reason::kill);
+  hosted_->ring();
+}
 
 }  // namespace troupe::detail

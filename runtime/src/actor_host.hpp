@@ -36,6 +36,8 @@ class ReplySink {
   virtual ~ReplySink() = default;
   // `more`: further calls wait in the host's mailbox, so the reply may be batched with theirs.
   virtual void reply(const WireReply& r, bool more) = 0;
+  // Tensors of the reply up to this many bytes go in it (to_wire's inline_max; 0: its default).
+  virtual std::size_t inline_max() const { return 0; }
 };
 
 // A call from another process, as its host receives it (a local CAF message, never serialised).
@@ -78,6 +80,12 @@ struct HostedObject {
   // Deferred replies not yet sent (methods that returned a Future), guarded by running: failed
   // when the host exits, so that no caller waits for an answer from an actor that is gone.
   std::vector<Future<Payload>> pending;
+  // Between calls from other processes the host's thread sleeps on `bell` and on this process's
+  // lanes for a while (actor_host.cpp, linger) rather than on its mailbox: whoever posts to the
+  // host rings it after (LocalRoute).
+  std::atomic<std::uint32_t> bell{0};
+  std::atomic<bool> sleeping{false};
+  void ring();
 };
 
 class LocalRoute;
@@ -100,6 +108,7 @@ class LocalRoute final : public Route {
   void run_claimed(const std::shared_ptr<ActorCell>& cell, const char* method, const Payload& args,
                    const std::shared_ptr<StateBase>& state) override;
   void stop() override;   // the host exits; its running call finishes first
+  void deliver(ChannelCall&& call);   // a call from another process (cluster::Peers)
   const caf::actor& host() const { return host_; }
 
  private:

@@ -74,9 +74,8 @@ std::shared_ptr<ActorCell> RuntimeImpl::spawn_hosted(std::uint64_t id, const Act
   return spawn_local(id, type, factory, std::move(ctor_args), opts, std::move(ctx));
 }
 
-caf::actor RuntimeImpl::host_of(const ActorCell& cell) {
-  auto route = std::dynamic_pointer_cast<LocalRoute>(cell.route());
-  return route ? route->host() : caf::actor{};
+std::shared_ptr<LocalRoute> RuntimeImpl::host_of(const ActorCell& cell) {
+  return std::dynamic_pointer_cast<LocalRoute>(cell.route());
 }
 
 std::shared_ptr<ActorCell> RuntimeImpl::spawn_local(std::uint64_t id, const ActorTypeInfo& type, Factory factory,
@@ -159,7 +158,7 @@ std::uint64_t RuntimeImpl::export_cell(const std::shared_ptr<ActorCell>& cell) {
     return ErrorException(Error{code, cell->label() + " cannot be passed to another process: " + why});
   };
   if (cell->dead()) throw refuse(ErrorCode::ActorDied, "it is dead");
-  caf::actor host = host_of(*cell);
+  std::shared_ptr<LocalRoute> host = host_of(*cell);
   if (!host) throw refuse(ErrorCode::BadArguments, "it has no host here");
   try {
     auto& client = cluster();

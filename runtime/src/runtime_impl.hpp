@@ -35,8 +35,9 @@ class RuntimeImpl {
   // Worker processes: hosts cluster actor `id` here.
   std::shared_ptr<ActorCell> spawn_hosted(std::uint64_t id, const ActorTypeInfo& type, Factory factory,
                                           Payload ctor_args, const Options& opts, HostContext ctx);
-  // The host of an actor of this process (worker processes hand it to their call server).
-  static caf::actor host_of(const ActorCell& cell);
+  // The route to the host of an actor of this process (null if it has none): worker processes hand
+  // it to their call server.
+  static std::shared_ptr<LocalRoute> host_of(const ActorCell& cell);
   // The process's live runtime, or null (tests and benchmarks look inside it).
   static RuntimeImpl* current();
   cluster::Peers* peers_if_any();

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <thread>
 
 #include "troupe/future.hpp"
 #include "troupe/net/link.hpp"
@@ -17,30 +18,83 @@ namespace {
 constexpr int kSpinIterations = 1000;
 constexpr auto kYieldFor = std::chrono::microseconds(50);
 
+// Around a reply's expected time (await_remote) the waiter looks from this long before it (and a
+// twentieth of the time the call was expected to take, up to kSpreadOf's: its spread) until this
+// long after (and a tenth): at most 1.2 ms before and 2.2 ms after.
+constexpr auto kLead = std::chrono::microseconds(200);
+constexpr auto kSpreadOf = std::chrono::milliseconds(20);
+
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
 #endif
 }
 
-// A remote reply's first kYieldFor (or until `deadline`): this thread takes the messages of this
-// process's lanes itself (the reply among them), so that no io thread has to wake and hand the
-// reply over; else it gives its core to that io thread between looks. Whether `s` is ready.
+}  // namespace
+
+// A remote reply: this thread takes the messages of this process's lanes itself (the reply among
+// them), so that no io thread has to wake and hand the reply over. For the first kYieldFor it
+// looks, giving its core to whoever needs it between looks; then it sleeps on the lanes and on
+// bell_ until `deadline` (LaneWatch::sleep): a reply by a lane wakes it there, one by the socket or
+// another thread (the io thread, a tensor fetcher) completes the state, which wakes it
+// (finish_complete). Waking a sleeping thread costs ~50-150 us on a small VM (more when its vCPU
+// halted meanwhile), so when the call table expects the reply at a time (expect_reply: the
+// method's recent calls) the thread sleeps only until shortly before it and looks from there, for
+// at most a little longer than expected, then sleeps again: it burns a core for the window's
+// length (kLead and a share of the call's time, each side) to save the wake-up.
 // It first writes out this process's batched link messages: the call it waits for may be one of
 // them (net::Link::Send::Batched); one atomic load when none waits. (A wait for a local state
-// leaves them to the io thread or their sender: microseconds.)
-bool look_for_remote_reply(const StateBase& s, std::chrono::steady_clock::time_point deadline) {
+// leaves them to the io thread or their sender: microseconds.) Whether the state is ready; false
+// also when the lanes cannot be slept on (the caller then waits on cv_).
+bool StateBase::await_remote(std::chrono::steady_clock::time_point deadline) {
+  using Clock = std::chrono::steady_clock;
   net::flush_batched();
-  const auto until = std::min(deadline, std::chrono::steady_clock::now() + kYieldFor);
-  return net::watch_lanes_until([&] { return s.ready(); }, until);
+  net::LaneWatch watch;
+  const auto look = [&](Clock::time_point until) {   // whether the state is ready by `until`
+    while (!ready()) {
+      if (Clock::now() >= until) return false;
+      if (watch.drain() == 0) std::this_thread::yield();
+    }
+    return true;
+  };
+  const auto start = Clock::now();
+  if (look(std::min(deadline, start + kYieldFor))) return true;
+  auto look_from = Clock::time_point::max(), look_until = Clock::time_point::min();
+  if (const auto ns = expected_ns_.load(std::memory_order_relaxed); ns != 0) {
+    const Clock::time_point at{Clock::duration(ns)};
+    const auto ahead = std::min<Clock::duration>(at > start ? at - start : Clock::duration::zero(), kSpreadOf);
+    look_from = at - kLead - ahead / 20;
+    look_until = at + kLead + ahead / 10;
+  }
+  while (!ready()) {
+    const auto now = Clock::now();
+    if (now >= deadline) break;
+    if (now >= look_from && now < look_until) {
+      if (look(std::min(deadline, look_until))) return true;
+      continue;
+    }
+    std::uint32_t seen;
+    {
+      std::lock_guard lk(mu_);
+      if (ready()) return true;
+      ++lane_sleepers_;
+      seen = bell_.load();
+    }
+    const bool slept = watch.sleep(bell_, seen, now < look_from ? std::min(deadline, look_from) : deadline);
+    {
+      std::lock_guard lk(mu_);
+      --lane_sleepers_;
+    }
+    if (!slept) return ready();
+    watch.drain();
+  }
+  return ready();
 }
-
-}  // namespace
 
 void StateBase::wait() {
   if (ready()) return;
   if (remote_.load(std::memory_order_relaxed)) {
-    if (look_for_remote_reply(*this, std::chrono::steady_clock::time_point::max())) return;
+    if (await_remote(std::chrono::steady_clock::time_point::max())) return;
   } else {
     for (int i = 0; i < kSpinIterations; ++i) {
       if (ready()) return;
@@ -55,7 +109,7 @@ void StateBase::wait() {
 
 bool StateBase::wait_until(std::chrono::steady_clock::time_point deadline) {
   if (ready()) return true;
-  if (remote_.load(std::memory_order_relaxed) && look_for_remote_reply(*this, deadline)) return true;
+  if (remote_.load(std::memory_order_relaxed) && await_remote(deadline)) return true;
   std::unique_lock lk(mu_);
   ++waiters_;
   bool ok = cv_.wait_until(lk, deadline, [&] { return ready(); });
@@ -72,14 +126,19 @@ bool StateBase::fail(Error e) {
 
 void StateBase::finish_complete(int status) {
   std::vector<std::function<void()>> cbs;
-  bool wake;
+  bool wake, ring;
   {
     std::lock_guard lk(mu_);
     status_.store(status, std::memory_order_release);
     cbs.swap(callbacks_);
     wake = waiters_ > 0;
+    ring = lane_sleepers_ > 0;
   }
   if (wake) cv_.notify_all();
+  if (ring) {
+    bell_.fetch_add(1);
+    net::wake_word(bell_);
+  }
   for (auto& cb : cbs) cb();
 }
 

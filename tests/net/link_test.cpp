@@ -494,6 +494,45 @@ TEST_CASE("links: same-host hubs that allow it move to a lane, in order across t
   }
   CHECK(here.load() == 20);
 
+  // A thread asleep in a LaneWatch is woken by the lane itself (its producer wakes it through the
+  // file's futex) and takes the message here; its word, bumped by another thread, wakes it too;
+  // and with neither it sleeps until its time.
+  here = 0;
+  {
+    net::LaneWatch watch;
+    std::atomic<std::uint32_t> word{0};
+    std::thread sender([&] {
+      std::this_thread::sleep_for(50ms);   // the sleep below has begun by then (if not, it sees the frame)
+      CHECK(accepted->send('s', std::vector<char>{1}));
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    std::size_t got = 0;
+    while (got == 0 && std::chrono::steady_clock::now() - t0 < 10s) {
+      REQUIRE(watch.sleep(word, 0, t0 + 10s));
+      got += watch.drain();
+    }
+    sender.join();
+    CHECK(got == 1);
+    CHECK(here.load() == 1);
+    CHECK(std::chrono::steady_clock::now() - t0 < 5s);   // woken, not timed out
+
+    std::thread bumper([&] {
+      std::this_thread::sleep_for(50ms);
+      word.fetch_add(1);
+      net::wake_word(word);
+    });
+    const auto t1 = std::chrono::steady_clock::now();
+    while (word.load() == 0 && std::chrono::steady_clock::now() - t1 < 10s) REQUIRE(watch.sleep(word, 0, t1 + 10s));
+    bumper.join();
+    CHECK(word.load() == 1);
+    CHECK(std::chrono::steady_clock::now() - t1 < 5s);
+
+    const auto t2 = std::chrono::steady_clock::now();
+    while (std::chrono::steady_clock::now() < t2 + 100ms) REQUIRE(watch.sleep(word, 1, t2 + 100ms));
+    CHECK(watch.drain() == 0);
+  }
+  CHECK(here.load() == 1);
+
   // Its end reads as on a socket: the peer closed it, and its process runs on.
   client.link->close();
   REQUIRE(server.inbox.wait_closed(5s));

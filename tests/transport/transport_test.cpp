@@ -213,6 +213,19 @@ TEST_CASE("transport: descriptors round-trip through their wire format") {
   auto sb = tp::decode_descriptor(tp::encode(small));
   CHECK(sb.is_inline);
   CHECK(sb.inline_bytes == small.inline_bytes);
+
+  // Inline up to what a same-host lane carries (kLaneInlineMaxBytes), not a byte more.
+  tp::TensorDescriptor lane;
+  lane.dtype = DType::U8;
+  lane.shape = {std::int64_t(tp::kLaneInlineMaxBytes)};
+  lane.nbytes = tp::kLaneInlineMaxBytes;
+  lane.is_inline = true;
+  lane.inline_bytes = std::vector<char>(tp::kLaneInlineMaxBytes, 'y');
+  CHECK(tp::decode_descriptor(tp::encode(lane)).inline_bytes == lane.inline_bytes);
+  lane.shape = {std::int64_t(tp::kLaneInlineMaxBytes + 1)};
+  lane.nbytes = tp::kLaneInlineMaxBytes + 1;
+  lane.inline_bytes.push_back('y');
+  CHECK_THROWS_AS(tp::decode_descriptor(tp::encode(lane)), troupe::ErrorException);
 }
 
 TEST_CASE("transport: malformed or truncated descriptor bytes are rejected") {

@@ -61,7 +61,7 @@ void check_limits(const TensorDescriptor& d) {
   if (d.shape.size() > kMaxDims) bad("too many dimensions");
   if (checked_nbytes(d.dtype, d.shape) != d.nbytes) bad("nbytes does not match dtype and shape");
   if (d.is_inline) {
-    if (d.nbytes > kInlineMaxBytes || d.inline_bytes.size() != d.nbytes) bad("bad inline length");
+    if (d.nbytes > kLaneInlineMaxBytes || d.inline_bytes.size() != d.nbytes) bad("bad inline length");
     return;
   }
   if (d.worker_address.empty() || d.worker_address.size() > kMaxWorkerAddressBytes) bad("bad worker address length");
@@ -127,7 +127,7 @@ TensorDescriptor decode_descriptor(const char* data, std::size_t size) {
   d.nbytes = r.get<std::uint64_t>();
   if (d.is_inline) {
     auto len = r.get<std::uint32_t>();
-    if (len > kInlineMaxBytes) bad("inline payload too large");
+    if (len > kLaneInlineMaxBytes) bad("inline payload too large");
     d.inline_bytes = r.bytes(len);
   } else {
     d.region = r.get<std::uint64_t>();

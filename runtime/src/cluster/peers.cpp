@@ -38,6 +38,10 @@ class LinkSink final : public detail::ReplySink {
     }
     link->send(kReply, body, more ? net::Link::Send::Batched : net::Link::Send::Now);
   }
+  std::size_t inline_max() const override {
+    auto link = link_.lock();
+    return link ? detail::inline_limit(*link) : 0;
+  }
 
  private:
   std::weak_ptr<net::Link> link_;
@@ -112,7 +116,7 @@ std::string Peers::address() const {
   return address_;
 }
 
-void Peers::host(std::uint64_t actor_id, std::uint64_t incarnation, caf::actor host) {
+void Peers::host(std::uint64_t actor_id, std::uint64_t incarnation, std::shared_ptr<detail::LocalRoute> host) {
   std::lock_guard lk(mu_);
   hosted_[actor_id] = {std::move(host), incarnation};
 }
@@ -122,10 +126,10 @@ void Peers::unhost(std::uint64_t actor_id) {
   hosted_.erase(actor_id);
 }
 
-caf::actor Peers::find(std::uint64_t actor_id, std::uint64_t incarnation) const {
+std::shared_ptr<detail::LocalRoute> Peers::find(std::uint64_t actor_id, std::uint64_t incarnation) const {
   std::lock_guard lk(mu_);
   auto it = hosted_.find(actor_id);
-  return it != hosted_.end() && it->second.second == incarnation ? it->second.first : caf::actor{};
+  return it != hosted_.end() && it->second.second == incarnation ? it->second.first : nullptr;
 }
 
 void Peers::on_loss(LossHandler handler) {
@@ -175,7 +179,7 @@ void Peers::serve_call(net::Link& link, std::vector<char>& body) {
   call.token = token_;   // the link's handshake proved it: the host checks it again (SEC-1)
   auto sink = std::make_shared<LinkSink>(link.shared_from_this());
   if (auto host = find(call.actor_id, call.incarnation)) {
-    caf::anon_send(host, detail::ChannelCall{std::move(call), std::move(sink)});
+    host->deliver(detail::ChannelCall{std::move(call), std::move(sink)});
     return;
   }
   detail::WireReply r;   // FT-2: not hosted here, or another incarnation

@@ -26,6 +26,7 @@
 
 namespace troupe::detail {
 class RuntimeImpl;
+class LocalRoute;
 }
 
 namespace troupe::cluster {
@@ -44,7 +45,7 @@ class Peers {
   std::string listen(const std::string& bind);
   std::string address() const;   // what listen() returned; "" before
   // The table of actors hosted here that other processes may call.
-  void host(std::uint64_t actor_id, std::uint64_t incarnation, caf::actor host);
+  void host(std::uint64_t actor_id, std::uint64_t incarnation, std::shared_ptr<detail::LocalRoute> host);
   void unhost(std::uint64_t actor_id);
 
   // Calling: the link to the process at `address`, connected (and authenticated) on first use,
@@ -64,12 +65,12 @@ class Peers {
   void on_closed(net::Link& link, net::LinkEnd end, const std::string& why);
   net::Link::MessageHandler message_handler();
   net::Link::ClosedHandler closed_handler();
-  caf::actor find(std::uint64_t actor_id, std::uint64_t incarnation) const;
+  std::shared_ptr<detail::LocalRoute> find(std::uint64_t actor_id, std::uint64_t incarnation) const;
 
   detail::RuntimeImpl& rt_;
   std::unique_ptr<net::LinkHub> hub_;
   mutable std::mutex mu_;
-  std::map<std::uint64_t, std::pair<caf::actor, std::uint64_t>> hosted_;   // id -> host, incarnation
+  std::map<std::uint64_t, std::pair<std::shared_ptr<detail::LocalRoute>, std::uint64_t>> hosted_;   // id -> host, incarnation
   std::map<std::string, std::shared_ptr<net::Link>> outbound_;             // by the peer's address
   std::vector<std::shared_ptr<net::Link>> inbound_;
   std::mutex loss_mu_;   // held while the loss handler runs: on_loss() waits out a running one

@@ -8,7 +8,7 @@ detail::Sent LinkRoute::send(detail::Attempt&& a) {
   if (link_->closed()) return detail::Sent{nullptr, {}, std::nullopt};   // unsent: args left as they were
   detail::WirePayload wp;
   try {
-    wp = detail::to_wire(a.args);
+    wp = detail::to_wire(a.args, detail::inline_limit(*link_));
   } catch (const std::exception& e) {
     return detail::Sent{nullptr, {}, Error{ErrorCode::Unavailable, std::string("could not send tensor arguments: ") + e.what()}};
   }

@@ -1,29 +1,31 @@
 #include "cluster/wire.hpp"
 
+#include "troupe/net/link.hpp"
 #include "troupe/transport/data_plane.hpp"
 
 namespace troupe::detail {
 
-WirePayload to_wire(Payload& p) {
+std::size_t inline_limit(const net::Link& link) {
+  return link.has_lane() ? transport::kLaneInlineMaxBytes : transport::kInlineMaxBytes;
+}
+
+WirePayload to_wire(Payload& p, std::size_t inline_max) {
+  if (inline_max == 0) inline_max = transport::kInlineMaxBytes;
   WirePayload w;
   w.bytes = std::move(p.bytes);
   w.tensors.reserve(p.tensors.size());
   for (const auto& t : p.tensors) {
-    if (t.nbytes() <= transport::kInlineMaxBytes) {   // no UCX context for small tensors
+    if (t.nbytes() <= inline_max && t.is_contiguous()) {   // no UCX context for small tensors
       transport::TensorDescriptor d;
       d.dtype = t.dtype;
       d.shape = t.shape;
       d.nbytes = t.nbytes();
       d.is_inline = true;
-      if (t.is_contiguous()) {
-        d.inline_bytes.assign(static_cast<const char*>(t.data), static_cast<const char*>(t.data) + d.nbytes);
-      } else {
-        d = transport::DataPlane::instance().expose(t);   // inline too, made contiguous
-      }
+      d.inline_bytes.assign(static_cast<const char*>(t.data), static_cast<const char*>(t.data) + d.nbytes);
       w.tensors.push_back(transport::encode(d));
       continue;
     }
-    auto d = transport::DataPlane::instance().expose(t);
+    auto d = transport::DataPlane::instance().expose(t);   // inline when small (made contiguous)
     if (d.region != 0) w.regions.push_back(d.region);
     w.tensors.push_back(transport::encode(d));
   }

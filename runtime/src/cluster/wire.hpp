@@ -13,6 +13,10 @@
 #include "troupe/error.hpp"
 #include "troupe/net/frames.hpp"
 
+namespace troupe::net {
+class Link;
+}
+
 namespace troupe::detail {
 
 struct WireCall : net::CallFrame {
@@ -29,10 +33,14 @@ struct WirePayload {
   std::vector<std::vector<char>> tensors;
   std::vector<std::uint64_t> regions;   // exposed here; release after the peer has them
 };
-// to_wire takes p.bytes (moved out) and leaves p.tensors, which it reads.
-WirePayload to_wire(Payload& p);
+// to_wire takes p.bytes (moved out) and leaves p.tensors, which it reads; tensors of up to
+// `inline_max` bytes travel in the message (inline_limit(link): what suits the link; 0: the
+// data plane's own limit, transport::kInlineMaxBytes).
+WirePayload to_wire(Payload& p, std::size_t inline_max = 0);
 Payload from_wire(std::vector<char> bytes, const std::vector<std::vector<char>>& tensors,
                   std::chrono::milliseconds timeout, std::vector<std::uint64_t>* fetched_regions = nullptr);
 void release_regions(const std::vector<std::uint64_t>& regions);
+// The inline_max for a message on `link`: larger by a same-host lane (transport::kLaneInlineMaxBytes).
+std::size_t inline_limit(const net::Link& link);
 
 }  // namespace troupe::detail

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "actor_cell.hpp"
@@ -23,8 +24,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// A host that answers each call with its one int argument times ten. (The unused int: CAF 0.17
-// spawns an argument-less function actor through a null tuple pointer, which UBSan flags.)
+// A host that answers each call with its one int argument times ten, a negative one -x ms late.
+// (The unused int: CAF 0.17 spawns an argument-less function actor through a null tuple pointer,
+// which UBSan flags.)
 caf::behavior tenfold_host(caf::event_based_actor*, int) {
   return {[](d::ChannelCall& cc) {
     d::WireReply r;
@@ -32,6 +34,7 @@ caf::behavior tenfold_host(caf::event_based_actor*, int) {
     r.incarnation = cc.call.incarnation;
     r.seq = cc.call.seq;
     auto [x] = troupe::decode_args<int>(troupe::Payload{cc.call.args, {}});
+    if (x < 0) std::this_thread::sleep_for(std::chrono::milliseconds(-x));
     r.result = troupe::encode_value(x * 10).bytes;
     cc.sink->reply(r, false);
   }};
@@ -60,7 +63,8 @@ struct Fixture {
   cl::Peers server{rt, "secret", "server"};
   cl::Peers client{rt, "secret", "client"};
   std::string address = server.listen("127.0.0.1");
-  caf::actor host = rt.system().spawn(tenfold_host, 0);
+  std::shared_ptr<d::LocalRoute> host =
+      std::make_shared<d::LocalRoute>(rt.system().spawn(tenfold_host, 0), std::make_shared<d::HostedObject>());
 
   std::shared_ptr<d::ActorCell> cell(std::uint64_t id, int retries = 0) {
     auto c = std::make_shared<d::ActorCell>(d::CellSpec{id, "T", "T#" + std::to_string(id), 30s, retries, true},
@@ -76,7 +80,7 @@ struct Fixture {
   ~Fixture() {
     client.stop();
     server.stop();
-    caf::anon_send_exit(host, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(host->host(), caf::exit_reason::user_shutdown);
   }
 };
 
@@ -136,4 +140,21 @@ TEST_CASE("peers: a link its live peer closed reads as Lost, and a call made on 
   CHECK(waiting.get() == 20);
   f.client.on_loss(nullptr);
   again.stop();
+}
+
+TEST_CASE("peers: a reply is taken whenever it comes, far from when the method's recent replies came") {
+  // A call table expects each reply about when the method's recent ones came, and its waiter sleeps
+  // until shortly before that: a reply much later, or much earlier, must still be taken at once.
+  Fixture f;
+  f.server.host(7, 3, f.host);
+  auto link = f.client.link_to(f.address);
+  REQUIRE(link != nullptr);
+  auto c = f.cell(7);
+  c->bind(std::make_shared<cl::LinkRoute>(7, 3, link));
+  for (int i = 0; i < 10; ++i) CHECK(f.call(c, i).get() == 10 * i);   // quick: expected within microseconds
+  CHECK(f.call(c, -300).get() == -3000);                              // far later than expected
+  for (int i = 0; i < 6; ++i) CHECK(f.call(c, -250).get() == -2500);  // now expected ~250 ms after sending
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(f.call(c, 5).get() == 50);                                     // far earlier than expected
+  CHECK(std::chrono::steady_clock::now() - t0 < 150ms);                // taken when it came, not near 250 ms
 }

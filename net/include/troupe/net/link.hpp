@@ -135,9 +135,10 @@ struct Lane;   // net/src/link_impl.hpp's
 
 // While one lives, this thread counts as looking at every lane of this process that was open when
 // it was made: their senders ring no doorbell, and drain() handles what they carry, here. For a
-// thread about to wait microseconds for a message (a reply, the next call); it must not hold one
-// longer than a spin (a lane watched by no one wakes its io thread, one watched by a thread that
-// does not drain it waits for that thread). Leaving, it handles what arrived meanwhile.
+// thread about to wait for a message (a reply, the next call): between its looks it only spins
+// briefly or sleeps in sleep(), where the lanes wake it. A watch whose thread does neither (busy
+// with something else) holds up its lanes' messages, since their senders count on it to take them.
+// Leaving, it handles what arrived meanwhile.
 class LaneWatch {
  public:
   LaneWatch();
@@ -147,23 +148,23 @@ class LaneWatch {
   // Handles the messages waiting in the watched lanes (a lane another thread is draining is left
   // to it). Returns how many it handled.
   std::size_t drain();
+  // Sleeps until a watched lane has a message, `word` (a word of this process that another thread
+  // bumps and wakes with wake_word) no longer holds `seen`, or `until`; drain() takes what came.
+  // Meanwhile the watched lanes' producers wake this thread themselves (a futex in the lane's
+  // file) rather than ring its io thread, which would then hand the message on: one wake-up in
+  // place of two. So a watch may last as long as a reply takes, if its thread sleeps here whenever
+  // it has nothing to do. May return early (a wake-up for another sleeper): look, then sleep again.
+  // False, at once, when it cannot: a watched lane's messages are being handled on this thread
+  // (it cannot take them, and they must not wait for it), over 127 lanes, or no futex_waitv
+  // (Linux < 5.16). The caller then sleeps its own way, with no watch.
+  bool sleep(const std::atomic<std::uint32_t>& word, std::uint32_t seen, std::chrono::steady_clock::time_point until);
 
  private:
   std::vector<std::shared_ptr<Lane>> lanes_;
 };
 
-// A LaneWatch's usual span: until `done()` holds or `until` passes, this thread takes what this
-// process's lanes carry, and gives its core away between looks that found nothing. Whether done()
-// held at the end.
-template <class Done>
-bool watch_lanes_until(Done&& done, std::chrono::steady_clock::time_point until) {
-  LaneWatch watch;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() >= until) return done();
-    if (watch.drain() == 0) std::this_thread::yield();
-  }
-  return true;
-}
+// Wakes every thread of this process asleep on `word` (LaneWatch::sleep); bump `word` first.
+void wake_word(std::atomic<std::uint32_t>& word);
 
 // A process's links: the io thread, a listener (optional) and the links it opened or accepted.
 class LinkHub {

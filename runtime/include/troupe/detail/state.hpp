@@ -73,6 +73,12 @@ class StateBase {
   // The call went to another process: its reply comes through this process's link io thread, so a
   // waiter gives its core away while it looks for the reply (see wait()).
   void mark_remote() noexcept { remote_.store(true, std::memory_order_relaxed); }
+  // The reply is expected about `at` (its call table's average for the method): a waiter sleeps
+  // until shortly before and then looks for it, so that no sleeping thread has to be woken when
+  // it comes (see wait()).
+  void expect_reply(std::chrono::steady_clock::time_point at) noexcept {
+    expected_ns_.store(at.time_since_epoch().count(), std::memory_order_relaxed);
+  }
 
  protected:
   static constexpr int kPending = 0, kCompleting = 1, kValue = 2, kError = 3;
@@ -83,12 +89,17 @@ class StateBase {
   void finish_complete(int status);
 
  private:
+  bool await_remote(std::chrono::steady_clock::time_point deadline);   // state.cpp
+
   std::atomic<int> status_{kPending};
   std::atomic<bool> remote_{false};
+  std::atomic<std::chrono::steady_clock::rep> expected_ns_{0};   // expect_reply's, 0: none
   Error error_;
   std::mutex mu_;
   std::condition_variable cv_;
   int waiters_ = 0;
+  int lane_sleepers_ = 0;               // mu_: waiters asleep on bell_ (and the lanes) rather than cv_
+  std::atomic<std::uint32_t> bell_{0};  // bumped when the state completes with lane sleepers
   std::vector<std::function<void()>> callbacks_;
 };
 

@@ -25,6 +25,10 @@ namespace troupe::transport {
 using RegionId = std::uint64_t;
 
 inline constexpr std::size_t kInlineMaxBytes = 64 * 1024;   // tensors up to this travel inline
+// ...and up to this on a link with a shared-memory lane (same host), where the message's copies cost
+// less than the data plane's pull, its release notice and a thread woken for each (~0.5 ms a call
+// on a small VM); what a receiver accepts inline.
+inline constexpr std::size_t kLaneInlineMaxBytes = 512 * 1024;
 inline constexpr std::size_t kMaxDims = 16;
 inline constexpr std::size_t kMaxWorkerAddressBytes = 4096;  // UCX's is ~215 B on one host
 inline constexpr std::size_t kMaxRkeyBytes = 4096;           // UCX's is ~12-100 B
