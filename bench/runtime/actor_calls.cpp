@@ -5,6 +5,13 @@
 //   xproc_first_call_after_ready_s  a new actor's first call, its worker process already running
 //   death_notice_s                  kill -9 of a worker -> the caller's pending future has failed
 //   idle_cpu_percent                a worker process with nothing to do, over 10 s (of one core)
+//   parked_call_us                  one synchronous call 3 ms after the last, when caller and actor
+//                                   have stopped looking for messages: its round trip, median of
+//                                   200 (xproc_parked_call_us: to a worker process)
+//   call_overhead_10ms_us           a call whose method computes for 10 ms, less the method's time:
+//                                   median of 100 back to back (xproc_: to a worker process)
+//   xproc_tensor_call_256k_us       a call to a worker process whose result is a 256 KiB tensor:
+//                                   its round trip, median of 200 back to back
 //   tcp_floor_rtt_us                a bare two-process TCP ping-pong (64 B) on 127.0.0.1, this run
 //   ucx_am_busy_rtt_us              the same over UCX active messages (shared memory), both sides
 //                                   busy-polling; ucx_am_wait_rtt_us: parking between messages
@@ -43,8 +50,23 @@ struct Echo {
   int echo(int x) { return x; }
   int pid() { return int(::getpid()); }
   void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+  // Computes for `ms` milliseconds (a stand-in for a training step); returns the microseconds it took.
+  double busy_ms(int ms) {
+    const auto t0 = std::chrono::steady_clock::now();
+    volatile double x = 0;
+    while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(ms)) {
+      for (int i = 0; i < 1000; ++i) x = x + 1.0;
+    }
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  }
+  // A tensor of `bytes` bytes (rollouts' tokens and logprobs come back so).
+  troupe::TensorView tensor(std::int64_t bytes) {
+    auto t = troupe::TensorView::empty(troupe::DType::U8, {bytes});
+    std::memset(t.data, 7, std::size_t(bytes));
+    return t;
+  }
 };
-TROUPE_ACTOR(Echo, echo, pid, sleep_ms);
+TROUPE_ACTOR(Echo, echo, pid, sleep_ms, busy_ms, tensor);
 
 namespace {
 
@@ -113,6 +135,56 @@ double first_call_after_ready(troupe::Runtime& rt) {
     rt.kill(fresh);
   }
   rt.kill(host);
+  return median(times);
+}
+
+// One synchronous call after `gap` with nothing to do, so that caller and actor have stopped looking
+// for messages (as between the calls of an RL step, each milliseconds long): its round trip in
+// microseconds, median of 200. With `gap` 0 the same calls back to back.
+double parked_call_us(troupe::Runtime& rt, const troupe::Options& opts, std::chrono::microseconds gap) {
+  auto a = rt.spawn<Echo>(opts);
+  (void)a.call(&Echo::echo, 0).get();
+  std::vector<double> times;
+  for (int i = 0; i < 200; ++i) {
+    std::this_thread::sleep_for(gap);
+    const auto t0 = Clock::now();
+    (void)a.call(&Echo::echo, i).get();
+    times.push_back(seconds_since(t0) * 1e6);
+  }
+  rt.kill(a);
+  return median(times);
+}
+
+// Calls whose method computes for 10 ms, back to back: what each costs beyond its method (the
+// method's own time taken off), median of 100. While it computes, its caller has nothing to do.
+double call_overhead_10ms_us(troupe::Runtime& rt, const troupe::Options& opts) {
+  auto a = rt.spawn<Echo>(opts);
+  (void)a.call(&Echo::echo, 0).get();
+  std::vector<double> times;
+  for (int i = 0; i < 100; ++i) {
+    const auto t0 = Clock::now();
+    const double method_us = a.call(&Echo::busy_ms, 10).get();
+    times.push_back(seconds_since(t0) * 1e6 - method_us);
+  }
+  rt.kill(a);
+  return median(times);
+}
+
+// A call whose result is a tensor of 256 KiB (a rollout's tokens and logprobs are about that): its
+// round trip in microseconds, median of 200, back to back.
+double tensor_call_256k_us(troupe::Runtime& rt, const troupe::Options& opts) {
+  auto a = rt.spawn<Echo>(opts);
+  (void)a.call(&Echo::tensor, std::int64_t(1)).get();
+  std::vector<double> times;
+  for (int i = 0; i < 200; ++i) {
+    const auto t0 = Clock::now();
+    const troupe::TensorView t = a.call(&Echo::tensor, std::int64_t(256 << 10)).get();
+    times.push_back(seconds_since(t0) * 1e6);
+    if (t.nbytes() != std::size_t(256 << 10) || t.data_as<const unsigned char>()[1000] != 7) {
+      std::fprintf(stderr, "actor_calls: a tensor came back wrong\n");
+    }
+  }
+  rt.kill(a);
   return median(times);
 }
 
@@ -228,18 +300,32 @@ int main(int argc, char** argv) {
   std::map<std::string, double> troupe_figures;
   if (xproc_only) {
     run_patterns(rt, troupe::Options{}.process(true), bench::kCallers * 2, 4, seconds, "xproc_", troupe_figures, only);
+    if (only.empty() || only == "parked_call_us") {
+      troupe_figures["xproc_parked_call_us"] = parked_call_us(rt, troupe::Options{}.process(true), std::chrono::milliseconds(3));
+    }
+    if (only.empty() || only == "tensor_call_256k_us") {
+      troupe_figures["xproc_tensor_call_256k_us"] = tensor_call_256k_us(rt, troupe::Options{}.process(true));
+    }
+    if (only.empty() || only == "call_overhead_10ms_us") {
+      troupe_figures["xproc_call_overhead_10ms_us"] = call_overhead_10ms_us(rt, troupe::Options{}.process(true));
+    }
     if (troupe_figures.empty()) {
       std::fprintf(stderr, "actor_calls: --only %s names no pattern\n", only.c_str());
       return 2;
     }
     rt.shutdown();
     nlohmann::json j;
-    for (auto& [k, v] : troupe_figures) j[k] = k.ends_with("_cpu_us") ? std::round(v * 100) / 100 : std::round(v);
+    for (auto& [k, v] : troupe_figures) j[k] = k.ends_with("_us") ? std::round(v * 100) / 100 : std::round(v);
     std::cout << j.dump() << std::endl;
     return 0;
   }
   run_patterns(rt, troupe::Options{}, bench::kMembers, 100, seconds, "", troupe_figures);
   run_patterns(rt, troupe::Options{}.process(true), bench::kCallers * 2, 4, seconds, "xproc_", troupe_figures);
+  troupe_figures["parked_call_us"] = parked_call_us(rt, troupe::Options{}, std::chrono::milliseconds(3));
+  troupe_figures["xproc_parked_call_us"] = parked_call_us(rt, troupe::Options{}.process(true), std::chrono::milliseconds(3));
+  troupe_figures["call_overhead_10ms_us"] = call_overhead_10ms_us(rt, troupe::Options{});
+  troupe_figures["xproc_call_overhead_10ms_us"] = call_overhead_10ms_us(rt, troupe::Options{}.process(true));
+  troupe_figures["xproc_tensor_call_256k_us"] = tensor_call_256k_us(rt, troupe::Options{}.process(true));
   const double first_call = first_call_after_ready(rt);
   const double death = death_notice(rt);
   const double idle = idle_cpu_percent(rt);
@@ -252,7 +338,7 @@ int main(int argc, char** argv) {
   const auto am = bench::ucx_am_rtt(20000);
   j["ucx_am_busy_rtt_us"] = std::round(am.busy_rtt_us * 100) / 100;
   j["ucx_am_wait_rtt_us"] = std::round(am.wait_rtt_us * 10) / 10;
-  for (auto& [k, v] : troupe_figures) j[k] = k.ends_with("_cpu_us") ? std::round(v * 100) / 100 : std::round(v);
+  for (auto& [k, v] : troupe_figures) j[k] = k.ends_with("_us") ? std::round(v * 100) / 100 : std::round(v);
   for (auto& [k, v] : bench::run_raw_caf(seconds)) j[k] = std::round(v);
   for (const char* k : {"1_1_actor_calls_sync", "1_1_actor_calls_async", "1_n_actor_calls_async",
                         "n_n_actor_calls_async", "actor_creation_per_s"}) {
