@@ -179,6 +179,7 @@ Producer::Put Producer::put(const iovec* parts, int count, std::size_t total, Cl
     }
     c_.waiting.store(0);
   }
+  const std::uint64_t before = head_;
   for (int i = 0; i < count; ++i) {
     copy_to_ring(data_, cap_, head_, static_cast<const char*>(parts[i].iov_base), parts[i].iov_len);
     head_ += parts[i].iov_len;
@@ -189,8 +190,11 @@ Producer::Put Producer::put(const iovec* parts, int count, std::size_t total, Cl
   if (c_.awake.load() == 0 && c_.rung.exchange(1) == 0) return Put::Ring;
   // The same pair with the sleepers' count and their look at the ring (LaneWatch::sleep). One of
   // them: it takes whatever the ring holds and hands each message to its thread (whose own bell it
-  // rings), so that a process whose many hosts sleep here wakes one thread a frame, not all.
-  if (c_.sleepers.load() != 0) {
+  // rings), so that a process whose many hosts sleep here wakes one thread, not all. And only for
+  // a frame that found every earlier one taken: while one waits, whoever takes it takes this one
+  // next (a consumer looks again after each frame, and a sleeper before it sleeps), so a burst of
+  // frames wakes one thread, not one each.
+  if (c_.sleepers.load() != 0 && c_.tail.load() == before) {
     c_.bell.fetch_add(1);
     futex_wake(c_.bell);
   }
