@@ -176,7 +176,7 @@ namespace {
 // futex_waitv's flags (linux/futex.h of Linux 6.1 names only the struct): a 32-bit word, and
 // whether it is this process's alone. The lanes' bells are not: their files are mapped by two.
 constexpr std::uint32_t kFutexU32 = 0x02, kFutexPrivate = FUTEX_PRIVATE_FLAG;
-std::atomic<bool> no_waitv{false};   // the kernel has no futex_waitv
+std::atomic<bool> no_waitv{false};   // futex_waitv failed here (missing, or refused): not used again
 
 std::uint64_t address_of(const std::atomic<std::uint32_t>& word) { return reinterpret_cast<std::uintptr_t>(&word); }
 
@@ -199,16 +199,26 @@ bool LaneWatch::sleep(const std::atomic<std::uint32_t>& word, std::uint32_t seen
   }
   // seq_cst, after the count and the bell: a frame published before this is seen here; one after
   // it finds this thread counted and bumps the bell, which the sleep below sees (lane::Producer::put).
+  // Only frames this thread could take count: not those of a lane whose link has ended (they stay
+  // untaken), nor of one another thread is handling (it takes them as it lets go: the caller's
+  // drain() asked it to, Lane::drain's `wanted`), lest this thread spin on them instead of sleeping.
   bool pending = false;
-  for (auto& l : lanes_) pending = pending || l->in.pending();
+  for (auto& l : lanes_) {
+    if (!l->in.pending() || l->holder.load(std::memory_order_relaxed) != std::thread::id()) continue;
+    auto link = l->link.lock();
+    pending = pending || (link && !link->closed());
+  }
   if (pending) {
-    std::this_thread::yield();   // a frame another thread is taking (the caller's drain() found none)
+    std::this_thread::yield();   // a frame that came after the caller's drain(): the caller drains again
   } else {
     const auto since_epoch = until.time_since_epoch();
     const auto secs = std::chrono::duration_cast<std::chrono::seconds>(since_epoch);
     const timespec at{time_t(secs.count()), long(std::chrono::nanoseconds(since_epoch - secs).count())};
     const bool forever = until == std::chrono::steady_clock::time_point::max();
-    if (::syscall(SYS_futex_waitv, waiters, n, 0, forever ? nullptr : &at, CLOCK_MONOTONIC) < 0 && errno == ENOSYS) {
+    if (::syscall(SYS_futex_waitv, waiters, n, 0, forever ? nullptr : &at, CLOCK_MONOTONIC) < 0 && errno != EAGAIN &&
+        errno != ETIMEDOUT && errno != EINTR) {
+      // No futex_waitv (Linux < 5.16: ENOSYS), or refused (a seccomp profile: EPERM): returning at
+      // once would have the caller spin. From now on this process's waiters sleep their own way.
       no_waitv.store(true);
     }
   }

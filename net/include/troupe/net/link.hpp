@@ -156,7 +156,7 @@ class LaneWatch {
   // it has nothing to do. May return early (a wake-up for another sleeper): look, then sleep again.
   // False, at once, when it cannot: a watched lane's messages are being handled on this thread
   // (it cannot take them, and they must not wait for it), over 127 lanes, or no futex_waitv
-  // (Linux < 5.16). The caller then sleeps its own way, with no watch.
+  // (Linux < 5.16) or a refused one (seccomp). The caller then sleeps its own way, with no watch.
   bool sleep(const std::atomic<std::uint32_t>& word, std::uint32_t seen, std::chrono::steady_clock::time_point until);
 
  private:
