@@ -279,6 +279,22 @@ TEST_CASE("transport: small tensors travel inline and need no peer") {
   auto sb = plane.fetch(sd, milliseconds(1000));
   CHECK(sb.data_as<float>()[1] == src[8]);
   CHECK(sb.data_as<float>()[4] == src[1]);
+
+  // Past kInlineMaxBytes, inline_descriptor (what a lane link's sender uses, up to
+  // kLaneInlineMaxBytes) carries a strided view's bytes row-major too, with no region.
+  auto big = TensorView::empty(DType::F32, {256, 128});   // 128 KiB
+  for (std::int64_t i = 0; i < 256 * 128; ++i) big.data_as<float>()[i] = float(i);
+  auto big_t = big;
+  big_t.shape = {128, 256};
+  big_t.strides = {1, 128};
+  auto bd = tp::inline_descriptor(big_t);
+  CHECK(bd.is_inline);
+  CHECK(bd.region == 0);
+  auto bb = plane.fetch(tp::decode_descriptor(tp::encode(bd)), milliseconds(1000));
+  CHECK(bb.shape == big_t.shape);
+  CHECK(bb.data_as<float>()[1] == big.data_as<float>()[128]);
+  CHECK(bb.data_as<float>()[256] == big.data_as<float>()[1]);
+  CHECK(plane.stats().regions == 0);
 }
 
 TEST_CASE("transport: a strided view is exposed as one contiguous copy and released") {

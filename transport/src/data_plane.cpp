@@ -54,6 +54,19 @@ void gather(const TensorView& t, char* dst) {
 
 }  // namespace
 
+TensorDescriptor inline_descriptor(const TensorView& t) {
+  const std::uint64_t n = view_nbytes(t);
+  if (n > 0 && t.data == nullptr) bad("tensor view without data");
+  TensorDescriptor d;
+  d.dtype = t.dtype;
+  d.shape = t.shape;
+  d.nbytes = n;
+  d.is_inline = true;
+  d.inline_bytes.resize(n);
+  if (n > 0) gather(t, d.inline_bytes.data());
+  return d;
+}
+
 // One exposed region (DP-1): a view inside an allocate() buffer, kept alive by `keep`.
 struct DataPlane::Region {
   std::shared_ptr<void> keep;
@@ -136,16 +149,7 @@ TensorView DataPlane::allocate(DType dtype, std::vector<std::int64_t> shape) {
 TensorDescriptor DataPlane::expose(const TensorView& t, const ExposeOptions& opts) {
   const std::uint64_t n = view_nbytes(t);
   if (n > 0 && t.data == nullptr) bad("tensor view without data");
-  if (n <= kInlineMaxBytes) {
-    TensorDescriptor d;
-    d.dtype = t.dtype;
-    d.shape = t.shape;
-    d.nbytes = n;
-    d.is_inline = true;
-    d.inline_bytes.resize(n);
-    if (n > 0) gather(t, d.inline_bytes.data());
-    return d;
-  }
+  if (n <= kInlineMaxBytes) return inline_descriptor(t);
   auto region = allocations_->rkey_for(t.data, n);
   if (opts.snapshot || !region || !t.is_contiguous() || !t.keep_alive) {
     TensorView copy = allocate(t.dtype, t.shape);

@@ -15,17 +15,11 @@ WirePayload to_wire(Payload& p, std::size_t inline_max) {
   w.bytes = std::move(p.bytes);
   w.tensors.reserve(p.tensors.size());
   for (const auto& t : p.tensors) {
-    if (t.nbytes() <= inline_max && t.is_contiguous()) {   // no UCX context for small tensors
-      transport::TensorDescriptor d;
-      d.dtype = t.dtype;
-      d.shape = t.shape;
-      d.nbytes = t.nbytes();
-      d.is_inline = true;
-      d.inline_bytes.assign(static_cast<const char*>(t.data), static_cast<const char*>(t.data) + d.nbytes);
-      w.tensors.push_back(transport::encode(d));
+    if (t.nbytes() <= inline_max) {   // in the message (no UCX context for these)
+      w.tensors.push_back(transport::encode(transport::inline_descriptor(t)));
       continue;
     }
-    auto d = transport::DataPlane::instance().expose(t);   // inline when small (made contiguous)
+    auto d = transport::DataPlane::instance().expose(t);
     if (d.region != 0) w.regions.push_back(d.region);
     w.tensors.push_back(transport::encode(d));
   }

@@ -33,6 +33,12 @@ class UcxContext;
 class UcxEngine;
 class BufferPool;
 
+// `t`'s bytes in the descriptor itself (row-major, whatever its strides): what expose() gives for
+// tensors of <= kInlineMaxBytes, and what a sender may give for bigger ones on a link that carries
+// them cheaply (up to kLaneInlineMaxBytes). No UCX, no region. Throws TransportError
+// (BadDescriptor) on an impossible view.
+TensorDescriptor inline_descriptor(const TensorView& t);
+
 struct ExposeOptions {
   std::chrono::milliseconds lease = std::chrono::minutes(5);   // DP-1 (b)
   // Copy the bytes into a fresh UCP-allocated region even when `t` already lies in one, so the
