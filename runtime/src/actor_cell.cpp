@@ -158,14 +158,14 @@ void ActorCell::deliver(Route& route, Pending p) {
   release(sent.regions);   // the call was answered already: the callee is done with them
 }
 
+ActorCell::ReplyTime* ActorCell::reply_time_locked(const std::string& method) {
+  auto t = std::find_if(reply_times_.begin(), reply_times_.end(), [&](const ReplyTime& x) { return x.method == method; });
+  return t != reply_times_.end() ? &*t : nullptr;
+}
+
 void ActorCell::sending_locked(CallRecord& rec, StateBase& call) {
   rec.sent_at = std::chrono::steady_clock::now();
-  for (const ReplyTime& t : reply_times_) {
-    if (t.method == rec.method) {
-      call.expect_reply(rec.sent_at + t.mean);
-      return;
-    }
-  }
+  if (const ReplyTime* t = reply_time_locked(rec.method)) call.expect_reply(rec.sent_at + t->mean);
 }
 
 ActorCell::Pending ActorCell::take_for_send_locked(std::uint64_t seq, const Route* route) {
@@ -288,9 +288,11 @@ std::shared_ptr<StateBase> ActorCell::take_reply(std::uint64_t incarnation, std:
     // before it publishes the route, so the bound route is not the test).
     if (rec.via == nullptr || rec.incarnation != incarnation) return nullptr;
     const auto took = std::chrono::steady_clock::now() - rec.sent_at;
-    auto t = std::find_if(reply_times_.begin(), reply_times_.end(), [&](const ReplyTime& x) { return x.method == rec.method; });
-    if (t == reply_times_.end()) reply_times_.push_back(ReplyTime{rec.method, took});
-    else t->mean += std::chrono::duration_cast<std::chrono::nanoseconds>((took - t->mean) * kReplyTimeWeight);
+    if (ReplyTime* t = reply_time_locked(rec.method)) {
+      t->mean += std::chrono::duration_cast<std::chrono::nanoseconds>((took - t->mean) * kReplyTimeWeight);
+    } else {
+      reply_times_.push_back(ReplyTime{rec.method, took});
+    }
     state = unlink(*it->second, &regions);
   }
   release(regions);   // the callee has finished with our argument tensors

@@ -131,6 +131,11 @@ class ActorCell : public std::enable_shared_from_this<ActorCell> {
   Pending take_for_send_locked(std::uint64_t seq, const Route* route);
   // mu_ held: an attempt of the call goes out now; its waiter learns when to expect the reply.
   void sending_locked(CallRecord& rec, StateBase& call);
+  struct ReplyTime {   // a method's average reply time (reply_times_)
+    std::string method;
+    std::chrono::nanoseconds mean{0};
+  };
+  ReplyTime* reply_time_locked(const std::string& method);   // mu_ held; null: none yet
   void fail_all(std::vector<std::shared_ptr<StateBase>>& calls, std::vector<std::uint64_t>& regions,
                 const Error& error);
   void release(std::vector<std::uint64_t>& regions) const;
@@ -154,10 +159,6 @@ class ActorCell : public std::enable_shared_from_this<ActorCell> {
   // Per method, how long its calls on remote routes took from send to reply (a moving average):
   // each new call tells its waiter when to expect the reply (StateBase::expect_reply). An actor
   // has a few methods: looked for in order.
-  struct ReplyTime {
-    std::string method;
-    std::chrono::nanoseconds mean{0};
-  };
   std::vector<ReplyTime> reply_times_;
 
   const CellSpec spec_;

@@ -70,8 +70,8 @@ class StateBase {
 
   CallLink call_link;   // see CallLink; untouched by futures that are not calls
 
-  // The call went to another process: its reply comes through this process's link io thread, so a
-  // waiter gives its core away while it looks for the reply (see wait()).
+  // The call went to another process: a waiter takes its reply from this process's lanes itself
+  // and sleeps where they wake it (see wait()), rather than waiting for a thread to hand it over.
   void mark_remote() noexcept { remote_.store(true, std::memory_order_relaxed); }
   // The reply is expected about `at` (its call table's average for the method): a waiter sleeps
   // until shortly before and then looks for it, so that no sleeping thread has to be woken when
