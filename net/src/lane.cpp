@@ -48,8 +48,8 @@ void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t seen, std::chron
   ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, seen, &ts, nullptr, 0);
 }
 
-void futex_wake(std::atomic<std::uint32_t>& word, int count = 1) {
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, count, nullptr, nullptr, 0);
+void futex_wake(std::atomic<std::uint32_t>& word) {
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, 1, nullptr, nullptr, 0);
 }
 
 std::size_t file_size(std::uint64_t capacity) { return kHeaderPage + 2 * std::size_t(capacity); }

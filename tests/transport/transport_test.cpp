@@ -221,11 +221,23 @@ TEST_CASE("transport: descriptors round-trip through their wire format") {
   lane.nbytes = tp::kLaneInlineMaxBytes;
   lane.is_inline = true;
   lane.inline_bytes = std::vector<char>(tp::kLaneInlineMaxBytes, 'y');
-  CHECK(tp::decode_descriptor(tp::encode(lane)).inline_bytes == lane.inline_bytes);
+  auto wire = tp::encode(lane);
+  CHECK(tp::decode_descriptor(wire).inline_bytes == lane.inline_bytes);
   lane.shape = {std::int64_t(tp::kLaneInlineMaxBytes + 1)};
   lane.nbytes = tp::kLaneInlineMaxBytes + 1;
   lane.inline_bytes.push_back('y');
-  CHECK_THROWS_AS(tp::decode_descriptor(tp::encode(lane)), troupe::ErrorException);
+  CHECK_THROWS_AS(tp::encode(lane), troupe::ErrorException);   // a sender cannot make one...
+  // ...and a decoder refuses one a peer wrote anyway: the same bytes with shape, nbytes and len
+  // one larger (u32 magic, 4 u8, then i64 shape[1] at 8, u64 nbytes at 16, u32 len at 24) and a
+  // byte more.
+  const auto put_le = [&](std::size_t at, std::uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) wire[at + std::size_t(i)] = char((v >> (8 * i)) & 0xff);
+  };
+  put_le(8, tp::kLaneInlineMaxBytes + 1, 8);
+  put_le(16, tp::kLaneInlineMaxBytes + 1, 8);
+  put_le(24, tp::kLaneInlineMaxBytes + 1, 4);
+  wire.push_back('y');
+  CHECK_THROWS_WITH_AS(tp::decode_descriptor(wire), doctest::Contains("inline payload too large"), troupe::ErrorException);
 }
 
 TEST_CASE("transport: malformed or truncated descriptor bytes are rejected") {

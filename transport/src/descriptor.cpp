@@ -5,7 +5,7 @@
 // Layout, version 1, all integers little-endian:
 //   u32 magic 'TRTD' | u8 version | u8 flags (bit 0: inline) | u8 dtype | u8 ndim
 //   i64 shape[ndim] | u64 nbytes
-//   inline: u32 len | len bytes                                  (len == nbytes <= 64 KiB)
+//   inline: u32 len | len bytes        (len == nbytes <= kLaneInlineMaxBytes, 512 KiB)
 //   remote: u64 region | u32 owner_pid | u64 remote_address
 //           u16 address_len | address bytes | u16 rkey_len | rkey bytes
 namespace troupe::transport {
