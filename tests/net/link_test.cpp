@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -391,18 +392,35 @@ bool wait_lane(const net::Link& link, std::chrono::milliseconds t = 5s) {
   return link.has_lane();
 }
 
-// The start addresses of this process's mappings of lane files (/proc/self/maps).
-std::vector<char*> lane_mappings() {
-  std::vector<char*> found;
+struct Mapped {
+  char* start;
+  std::size_t size;
+};
+
+// This process's mappings of lane files (/proc/self/maps), in address order.
+std::vector<Mapped> lane_mappings() {
+  std::vector<Mapped> found;
   std::FILE* f = std::fopen("/proc/self/maps", "r");
   REQUIRE(f != nullptr);
   char line[512];
   while (std::fgets(line, sizeof line, f) != nullptr) {
     if (std::strstr(line, "memfd:troupe-lane") == nullptr) continue;
-    found.push_back(reinterpret_cast<char*>(std::strtoull(line, nullptr, 16)));
+    char* dash = nullptr;
+    const auto start = std::strtoull(line, &dash, 16), end = std::strtoull(dash + 1, nullptr, 16);
+    found.push_back(Mapped{reinterpret_cast<char*>(start), std::size_t(end - start)});
   }
   std::fclose(f);
   return found;
+}
+
+// How many of the mapping's pages are in this process's memory (mincore).
+std::size_t resident_pages(const Mapped& m) {
+  const auto page = std::size_t(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> in((m.size + page - 1) / page);
+  REQUIRE(::mincore(m.start, m.size, in.data()) == 0);
+  std::size_t n = 0;
+  for (auto c : in) n += c & 1;
+  return n;
 }
 
 // The first `n` messages `inbox` got: kind 'm' with bodies 0..n-1 (4 bytes each, little-endian),
@@ -565,6 +583,23 @@ TEST_CASE("links: a hub that does not allow lanes refuses one, and so does TROUP
   }
 }
 
+TEST_CASE("links: a lane's file is in memory in both its mappings before a message touches its rings") {
+  // A page first touched by a message costs a page fault on that message's way (Mapping::map).
+  const auto before = lane_mappings().size();
+  Server server("secret", with_lane());
+  Client client(server, with_lane());
+  REQUIRE(client.link->send('m', std::vector<char>{1}));
+  REQUIRE(server.inbox.wait_messages(1));
+  REQUIRE(wait_lane(*client.link));
+  const auto maps = lane_mappings();
+  REQUIRE(maps.size() == before + 2);   // the file, mapped by each end (this test's are the newest)
+  const auto page = std::size_t(::sysconf(_SC_PAGESIZE));
+  for (const auto& m : maps) {
+    CHECK(m.size > (2u << 20));   // a header page and two rings of 1 MiB
+    CHECK(resident_pages(m) == m.size / page);   // one message touched a page or two of them
+  }
+}
+
 TEST_CASE("links: a lane whose rings were written over closes its link alone, and a peer that stops taking times a sender out") {
   SUBCASE("a ring's head past its size") {
     const auto before = lane_mappings().size();
@@ -579,7 +614,7 @@ TEST_CASE("links: a lane whose rings were written over closes its link alone, an
     REQUIRE(wait_lane(*other.link));
     // The client-to-server ring's head (header: magic, capacity, then each ring's words on
     // 64-byte lines, the head first): far past anything published.
-    auto* head = reinterpret_cast<std::atomic<std::uint64_t>*>(maps.back() + 64);
+    auto* head = reinterpret_cast<std::atomic<std::uint64_t>*>(maps.back().start + 64);
     head->store(std::uint64_t(1) << 40);
     {
       net::LaneWatch watch;   // whoever looks next finds it: here, this thread
