@@ -32,6 +32,16 @@ using Magic = std::array<unsigned char, 16>;
 // Each way. A frame is at most a link chunk (256 KiB) and its header, so a few fit at once.
 inline constexpr std::uint64_t kCapacity = std::uint64_t(1) << 20;
 
+// A consumer thread asleep for the frames to one receiver of its process (LaneWatch::sleep's
+// `waits_for`: an actor's host): a frame to that receiver wakes this thread, not whichever sleeper
+// the ring's own bell would wake. `key` 0: a free slot.
+struct NamedSleeper {
+  std::atomic<std::uint64_t> key;
+  std::atomic<std::uint32_t> bell;   // futex word: bumped when a frame to `key` is published
+  std::uint32_t unused;
+};
+inline constexpr int kNamedSleepers = 8;   // per ring; more such sleepers sleep on the ring's bell alone
+
 // One ring's shared words. The producer writes head, the consumer tail: apart, on cache lines
 // of their own.
 struct Control {
@@ -43,6 +53,7 @@ struct Control {
   std::atomic<std::uint32_t> rung;               // a doorbell is on its way (set by the producer)
   std::atomic<std::uint32_t> waiting;            // the producer waits for room
   std::atomic<std::uint32_t> room;               // futex word: bumped when room is made for it
+  alignas(64) NamedSleeper named[kNamedSleepers];  // of the sleepers, those asleep for one receiver
 };
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free && std::atomic<std::uint32_t>::is_always_lock_free,
               "lane words are shared between processes: they must be lock-free");
@@ -88,9 +99,10 @@ class Producer {
     Broken,    // not published: the shared indices make no sense (the peer wrote over them)
   };
   // Publishes `total` bytes gathered from `parts` (one frame, at most the capacity), waiting for
-  // room until `deadline` or until `stop` is true; wakes the consumers asleep on the bell.
+  // room until `deadline` or until `stop` is true; wakes a consumer asleep on the ring: the one
+  // asleep for `to` (a NamedSleeper's key, 0: none) if there is one, else one on the bell.
   Put put(const iovec* parts, int count, std::size_t total, std::chrono::steady_clock::time_point deadline,
-          const std::atomic<bool>& stop);
+          const std::atomic<bool>& stop, std::uint64_t to = 0);
 
  private:
   std::shared_ptr<Mapping> map_;

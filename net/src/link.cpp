@@ -70,8 +70,8 @@ void LinkHub::Impl::remember(const std::shared_ptr<Link>& l) {
 }
 // ---- a link -------------------------------------------------------------------------------------
 
-bool Link::Impl::write_frame(char kind, std::uint8_t flags, const char* data, std::size_t size, bool wait) {
-  if (!internal_kind(kind) && lane_on.load(std::memory_order_relaxed)) return lane_frame(kind, flags, data, size);
+bool Link::Impl::write_frame(char kind, std::uint8_t flags, const char* data, std::size_t size, bool wait, std::uint64_t to) {
+  if (!internal_kind(kind) && lane_on.load(std::memory_order_relaxed)) return lane_frame(kind, flags, data, size, to);
   if (!wait) {   // a heartbeat: none needed while frames are going out; it never takes them
     std::lock_guard lk(out_mu);
     if (!outbox.empty()) return true;
@@ -90,12 +90,12 @@ bool Link::Impl::write_frame(char kind, std::uint8_t flags, const char* data, st
   return ok;
 }
 
-bool Link::Impl::lane_frame(char kind, std::uint8_t flags, const char* data, std::size_t size) {
+bool Link::Impl::lane_frame(char kind, std::uint8_t flags, const char* data, std::size_t size, std::uint64_t to) {
   char header[kFrameHeader];
   put_header(header, std::uint32_t(size), kind, flags);
   iovec iov[2] = {{header, sizeof header}, {const_cast<char*>(data), size}};
   const auto put = lane->out.put(iov, size > 0 ? 2 : 1, sizeof header + size, Clock::now() + hub->opts.send_timeout,
-                                 self->closed_);
+                                 self->closed_, to);
   if (put != lane::Producer::Put::Ok && put != lane::Producer::Put::Ring) return false;
   last_sent.store(now_ns(), std::memory_order_relaxed);
   // Published: the peer takes it even if the doorbell cannot go (its end of the link takes what
@@ -198,9 +198,11 @@ void Link::set_handlers(MessageHandler on_message, ClosedHandler on_closed) {
   impl_->on_closed = std::move(on_closed);
 }
 
-bool Link::send(char kind, const std::vector<char>& body, Send how) { return send(kind, body.data(), body.size(), how); }
+bool Link::send(char kind, const std::vector<char>& body, Send how, std::uint64_t to) {
+  return send(kind, body.data(), body.size(), how, to);
+}
 
-bool Link::send(char kind, const char* data, std::size_t size, Send how) {
+bool Link::send(char kind, const char* data, std::size_t size, Send how, std::uint64_t to) {
   if (closed() || internal_kind(kind) || size > kMaxMessage) return false;
   auto& m = *impl_;
   m.hub->sent.fetch_add(1, std::memory_order_relaxed);
@@ -238,7 +240,7 @@ bool Link::send(char kind, const char* data, std::size_t size, Send how) {
   if (size <= kMaxChunk) {
     std::lock_guard lk(m.write_mu);
     if (closed()) return false;
-    if (m.write_frame(kind, 0, data, size, true)) return true;
+    if (m.write_frame(kind, 0, data, size, true, to)) return true;
   } else {
     std::unique_lock bulk(m.bulk_mu);
     std::size_t off = 0;
@@ -252,9 +254,9 @@ bool Link::send(char kind, const char* data, std::size_t size, Send how) {
         std::vector<char> head(8 + n);
         put_le<std::uint64_t>(head.data(), size);
         std::memcpy(head.data() + 8, data, n);
-        ok = !closed() && m.write_frame(kind, flags, head.data(), head.size(), true);
+        ok = !closed() && m.write_frame(kind, flags, head.data(), head.size(), true, to);
       } else {
-        ok = !closed() && m.write_frame(kind, flags, data + off, n, true);
+        ok = !closed() && m.write_frame(kind, flags, data + off, n, true, to);
       }
       off += n;
     }

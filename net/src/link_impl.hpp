@@ -205,11 +205,12 @@ struct Link::Impl {
   // gives up at the deadline. write_mu held. False on an error or the timeout: the stream is then
   // unusable. A heartbeat (`!wait`) goes alone, only when the outbox is empty, and is skipped,
   // unwritten, when the socket is full.
-  bool write_frame(char kind, std::uint8_t flags, const char* data, std::size_t size, bool wait);
+  // `to`: the frame's receiver in the peer, for a lane's wake-up (lane::Producer::put).
+  bool write_frame(char kind, std::uint8_t flags, const char* data, std::size_t size, bool wait, std::uint64_t to = 0);
 
   // Publishes one frame in the lane, and rings the doorbell when no thread of the peer looks at
   // it. write_mu held, lane_on.
-  bool lane_frame(char kind, std::uint8_t flags, const char* data, std::size_t size);
+  bool lane_frame(char kind, std::uint8_t flags, const char* data, std::size_t size, std::uint64_t to);
 
   // Writes the outbox alone. write_mu held.
   bool write_outbox();

@@ -183,7 +183,7 @@ std::uint64_t address_of(const std::atomic<std::uint32_t>& word) { return reinte
 }  // namespace
 
 bool LaneWatch::sleep(const std::atomic<std::uint32_t>& word, std::uint32_t seen,
-                      std::chrono::steady_clock::time_point until) {
+                      std::chrono::steady_clock::time_point until, std::uint64_t waits_for) {
   if (lanes_.size() >= FUTEX_WAITV_MAX || no_waitv.load(std::memory_order_relaxed)) return false;
   const auto me = std::this_thread::get_id();
   for (auto& l : lanes_) {
@@ -196,6 +196,19 @@ bool LaneWatch::sleep(const std::atomic<std::uint32_t>& word, std::uint32_t seen
     auto& c = l->in.control();
     c.sleepers.fetch_add(1);
     waiters[n++] = {c.bell.load(), address_of(c.bell), kFutexU32, 0};
+  }
+  // Asleep for one receiver: a slot of each lane's, where there is one free (and room among the
+  // words), whose bell a frame to it rings instead of the lane's. Claimed before the look below.
+  lane::NamedSleeper* named[FUTEX_WAITV_MAX] = {};
+  std::size_t claimed = 0;
+  for (std::size_t i = 0; waits_for != 0 && i < lanes_.size() && n < FUTEX_WAITV_MAX; ++i) {
+    for (auto& slot : lanes_[i]->in.control().named) {
+      std::uint64_t free = 0;
+      if (!slot.key.compare_exchange_strong(free, waits_for)) continue;
+      named[claimed++] = &slot;
+      waiters[n++] = {slot.bell.load(), address_of(slot.bell), kFutexU32, 0};
+      break;
+    }
   }
   // seq_cst, after the count and the bell: a frame published before this is seen here; one after
   // it finds this thread counted and bumps the bell, which the sleep below sees (lane::Producer::put).
@@ -222,6 +235,7 @@ bool LaneWatch::sleep(const std::atomic<std::uint32_t>& word, std::uint32_t seen
       no_waitv.store(true);
     }
   }
+  for (std::size_t i = 0; i < claimed; ++i) named[i]->key.store(0);
   for (auto& l : lanes_) l->in.control().sleepers.fetch_sub(1);
   return !no_waitv.load(std::memory_order_relaxed);
 }

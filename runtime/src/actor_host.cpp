@@ -72,7 +72,7 @@ void linger(Host* self, bool remote) {
       // or the look at the mailbox after reading the bell sees its message.
       h.sleeping.store(true);
       const std::uint32_t seen = h.bell.load();
-      if (!self->mailbox().empty() || !watch.sleep(h.bell, seen, sleep_until)) break;
+      if (!self->mailbox().empty() || !watch.sleep(h.bell, seen, sleep_until, h.remote_id.load(std::memory_order_relaxed))) break;
       h.sleeping.store(false);   // awake: what this thread posts to itself as it drains rings no one
       watch.drain();
     }

@@ -85,6 +85,10 @@ struct HostedObject {
   // host rings it after (LocalRoute).
   std::atomic<std::uint32_t> bell{0};
   std::atomic<bool> sleeping{false};
+  // The id other processes' calls address it by (cluster::Peers::host), 0 until it is served to
+  // them: asleep there, the host waits for that id's calls, which wake its thread itself
+  // (net::LaneWatch::sleep's `waits_for`) rather than another host's of this process.
+  std::atomic<std::uint64_t> remote_id{0};
   void ring();
 };
 
@@ -109,6 +113,7 @@ class LocalRoute final : public Route {
                    const std::shared_ptr<StateBase>& state) override;
   void stop() override;   // the host exits; its running call finishes first
   void deliver(ChannelCall&& call);   // a call from another process (cluster::Peers)
+  void set_remote_id(std::uint64_t id) { hosted_->remote_id.store(id); }   // cluster::Peers::host
   const caf::actor& host() const { return host_; }
 
  private:

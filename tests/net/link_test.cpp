@@ -551,6 +551,47 @@ TEST_CASE("links: same-host hubs that allow it move to a lane, in order across t
   }
   CHECK(here.load() == 1);
 
+  // Of two threads asleep on the lane, each for a receiver of its own (an actor's host), a message
+  // to one receiver wakes its thread, which takes it; the other sleeps on to its time.
+  {
+    std::mutex mu;
+    std::thread::id took;
+    client.link->set_handlers([&](net::Link&, char, std::vector<char>&) {
+      std::lock_guard lk(mu);
+      took = std::this_thread::get_id();
+    }, client.inbox.on_closed());
+    struct Sleeper {
+      std::thread::id id;
+      std::size_t got = 0;
+      std::chrono::steady_clock::duration slept{};
+    };
+    auto sleep_for_receiver = [](Sleeper& s, std::uint64_t receiver, std::chrono::steady_clock::time_point until) {
+      net::LaneWatch watch;
+      std::atomic<std::uint32_t> word{0};
+      s.id = std::this_thread::get_id();
+      const auto t = std::chrono::steady_clock::now();
+      while (s.got == 0 && std::chrono::steady_clock::now() < until) {
+        if (!watch.sleep(word, 0, until, receiver)) break;
+        s.got += watch.drain();
+      }
+      s.slept = std::chrono::steady_clock::now() - t;
+    };
+    Sleeper seven, nine;
+    const auto start = std::chrono::steady_clock::now();
+    std::thread a([&] { sleep_for_receiver(seven, 7, start + 1500ms); });
+    std::thread b([&] { sleep_for_receiver(nine, 9, start + 10s); });
+    std::this_thread::sleep_for(100ms);   // both asleep by then (if not, the one for 9 sees the message)
+    REQUIRE(accepted->send('t', std::vector<char>{9}, net::Link::Send::Now, 9));
+    b.join();
+    a.join();
+    CHECK(nine.got == 1);
+    CHECK(nine.slept < 1400ms);   // woken, long before its time and before the other's
+    CHECK(seven.got == 0);
+    CHECK(seven.slept >= 1400ms);
+    std::lock_guard lk(mu);
+    CHECK(took == nine.id);
+  }
+
   // Its end reads as on a socket: the peer closed it, and its process runs on.
   client.link->close();
   REQUIRE(server.inbox.wait_closed(5s));

@@ -117,6 +117,7 @@ std::string Peers::address() const {
 }
 
 void Peers::host(std::uint64_t actor_id, std::uint64_t incarnation, std::shared_ptr<detail::LocalRoute> host) {
+  host->set_remote_id(actor_id);
   std::lock_guard lk(mu_);
   hosted_[actor_id] = {std::move(host), incarnation};
 }

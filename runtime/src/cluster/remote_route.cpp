@@ -28,7 +28,7 @@ detail::Sent LinkRoute::send(detail::Attempt&& a) {
   }
   // Batched: calls made in a row leave in one write; the caller's wait, or the io thread within
   // microseconds, writes it out.
-  if (!link_->send('C', body, net::Link::Send::Batched)) {   // the link ended just now: unsent, the args given back
+  if (!link_->send('C', body, net::Link::Send::Batched, actor_id_)) {   // the link ended just now: unsent, the args given back
     detail::release_regions(wp.regions);
     a.args.bytes = std::move(c.args);
     return detail::Sent{nullptr, {}, std::nullopt};

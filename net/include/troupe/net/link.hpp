@@ -94,9 +94,11 @@ class Link : public std::enable_shared_from_this<Link> {
 
   // Sends one message (kind: any byte from 0x20 up but 'h'; the rest are the links' own). Thread-safe; blocks until
   // the bytes are handed to the kernel (or, Batched, the outbox), at most send_timeout. False once
-  // the link is closed (the message was not sent) or the body exceeds kMaxMessage.
-  bool send(char kind, const std::vector<char>& body, Send how = Send::Now);
-  bool send(char kind, const char* data, std::size_t size, Send how = Send::Now);
+  // the link is closed (the message was not sent) or the body exceeds kMaxMessage. `to`, if not 0,
+  // names the message's receiver in the peer as a thread of the peer waits for it (LaneWatch::sleep's
+  // `waits_for`): by a lane, that thread is the one woken for it.
+  bool send(char kind, const std::vector<char>& body, Send how = Send::Now, std::uint64_t to = 0);
+  bool send(char kind, const char* data, std::size_t size, Send how = Send::Now, std::uint64_t to = 0);
   // Closes the link; the closed handler runs once. Idempotent, from any thread.
   void close(const std::string& why = "closed here");
   bool closed() const { return closed_.load(std::memory_order_acquire); }
@@ -157,7 +159,11 @@ class LaneWatch {
   // False, at once, when it cannot: a watched lane's messages are being handled on this thread
   // (it cannot take them, and they must not wait for it), over 127 lanes, or no futex_waitv
   // (Linux < 5.16) or a refused one (seccomp). The caller then sleeps its own way, with no watch.
-  bool sleep(const std::atomic<std::uint32_t>& word, std::uint32_t seen, std::chrono::steady_clock::time_point until);
+  // `waits_for`, if not 0, is the receiver this thread takes messages for (an actor's host: the id
+  // its callers send to, Link::send's `to`): a message to it wakes this thread rather than another
+  // sleeper, which would hand it over. At most one thread sleeps for a receiver at a time.
+  bool sleep(const std::atomic<std::uint32_t>& word, std::uint32_t seen, std::chrono::steady_clock::time_point until,
+             std::uint64_t waits_for = 0);
 
  private:
   std::vector<std::shared_ptr<Lane>> lanes_;
