@@ -15,7 +15,8 @@
 // GRPO runs with beta 0.04 (the reference in its step, as this bench measured it before the demo
 // dropped the KL term). All three start from the same SFT weights and draw the same prompts and seeds; `same_math` checks
 // that their rewards and losses match step for step. Prints one JSON object with a key per
-// algorithm: step_ms, median_step_ms, tokens_per_s and the split per phase of each way, and
+// algorithm: step_ms, median_step_ms, tokens_per_s, the split per phase of each way and actor_ms
+// (the time inside the rollout's generate and the trainer's train steps, as they measured it), and
 // overhead_ratio = in_process / plain and overhead_ratio_workers = workers / plain (by mean step
 // time; median_* by median). The top-level "troupe", "plain" and "overhead_ratio" repeat GRPO's
 // in-process figures under the keys this program printed before it covered the other algorithms.
@@ -43,11 +44,12 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 
 struct Sample {   // one timed step of one way
   rl::StepTimes seconds;
+  rl::ActorTimes actor;   // inside the rollout's and the trainer's methods
   double tokens = 0, reward_mean = 0, loss = 0;
 };
 
 Sample from_record(const rl::StepRecord& r) {
-  return Sample{r.seconds, r.tokens_per_s * r.seconds.total, r.reward_mean, r.loss};
+  return Sample{r.seconds, r.actor_seconds, r.tokens_per_s * r.seconds.total, r.reward_mean, r.loss};
 }
 
 // The roles of a run as plain objects, starting from the SFT weights at `sft`.
@@ -76,6 +78,7 @@ class PlainRoles {
 
   Sample step(rl::DataCursor cursor, std::int64_t step) {
     Sample out;
+    train_seconds_ = 0;
     const auto start = Clock::now();
     auto t = start;
     auto lap = [&t](double& slot) { slot = since(t); t = Clock::now(); };
@@ -85,6 +88,7 @@ class PlainRoles {
                                                        tokenizer_.eos_id(), rl::step_seed(config_.run.seed, step)},
                                 {}, 0};
     const auto samples = rollout_.generate(std::move(req));
+    out.actor.rollout = samples.seconds;
     lap(out.seconds.rollout);
     const auto rewards = reward_.score(rl::score_items(problems, config_.algo.group_size, samples, tokenizer_));
     lap(out.seconds.reward);
@@ -97,7 +101,8 @@ class PlainRoles {
                                                                                       config_.algo.temperature}));
       }
       lap(out.seconds.reference);
-      out.loss = batch ? trainer_.train_step(*batch).loss : 0;
+      out.loss = batch ? train(*batch).loss : 0;
+      out.actor.train = train_seconds_;
     } else {
       // GRPO with beta 0 asks no reference (rl/src/grpo.cpp); PPO always does.
       const bool need_ref = config_.algo.name != "grpo" || config_.algo.kl_coef != 0;
@@ -106,7 +111,7 @@ class PlainRoles {
       std::optional<TensorView> values;
       if (critic_) values = critic_->head_values(actors::SequenceBatch{samples.tokens, samples.attn_mask}, "value");
       lap(out.seconds.reference);
-      out.loss = update(samples, ref, values, rewards);
+      out.loss = update(samples, ref, values, rewards, out.actor);
     }
     lap(out.seconds.train);
     rollout_.update_weights(trainer_.weights());
@@ -120,14 +125,23 @@ class PlainRoles {
   }
 
  private:
+  // The trainer's train step, its time inside added to the step's (as rl::Run::train does).
+  actors::TrainMetrics train(const actors::TrainBatch& batch) {
+    auto m = trainer_.train_step(batch);
+    train_seconds_ += m.seconds;
+    return m;
+  }
+
   // GRPO's or PPO's update, as its file in rl/src does it through the actors.
   double update(const actors::RolloutBatch& samples, const TensorView& ref, const std::optional<TensorView>& values,
-                const std::vector<actors::RewardResult>& rewards) {
+                const std::vector<actors::RewardResult>& rewards, rl::ActorTimes& actor) {
     const auto& c = config_;
     if (c.algo.name == "grpo") {
       std::vector<float> r;
       for (auto& x : rewards) r.push_back(x.reward);
-      return trainer_.train_step(rl::grpo_batch(samples, ref, rl::group_advantages(r, c.algo.group_size), c)).loss;
+      const double loss = train(rl::grpo_batch(samples, ref, rl::group_advantages(r, c.algo.group_size), c)).loss;
+      actor.train = train_seconds_;
+      return loss;
     }
     const auto b = rl::ppo_batches(samples, ref, *values, rewards, c.algo.kl_coef, c);
     const std::int64_t n = samples.tokens.shape[0], rows = (n + c.algo.mini_batches - 1) / c.algo.mini_batches;
@@ -135,10 +149,11 @@ class PlainRoles {
     for (std::int32_t epoch = 0; epoch < c.algo.updates_per_batch; ++epoch) {
       for (std::int64_t begin = 0; begin < n; begin += rows) {
         const std::int64_t k = std::min(rows, n - begin);
-        loss = trainer_.train_step(c.algo.mini_batches == 1 ? b.policy : rl::rows_of(b.policy, begin, k)).loss;
+        loss = train(c.algo.mini_batches == 1 ? b.policy : rl::rows_of(b.policy, begin, k)).loss;
         critic_->train_step(c.algo.mini_batches == 1 ? b.critic : rl::rows_of(b.critic, begin, k));
       }
     }
+    actor.train = train_seconds_;
     return loss;
   }
 
@@ -151,15 +166,18 @@ class PlainRoles {
   actors::Reference reference_;
   actors::Reward reward_;
   std::optional<actors::Trainer> critic_;
+  double train_seconds_ = 0;   // inside train steps, this step
 };
 
 nlohmann::ordered_json summarise(const std::vector<Sample>& samples) {
   rl::StepTimes mean;
+  rl::ActorTimes actor;
   double tokens = 0;
   std::vector<double> totals;
   for (auto& s : samples) {
     mean.rollout += s.seconds.rollout, mean.reward += s.seconds.reward, mean.reference += s.seconds.reference;
     mean.train += s.seconds.train, mean.sync += s.seconds.sync, mean.total += s.seconds.total;
+    actor.rollout += s.actor.rollout, actor.train += s.actor.train;
     tokens += s.tokens;
     totals.push_back(s.seconds.total);
   }
@@ -172,6 +190,7 @@ nlohmann::ordered_json summarise(const std::vector<Sample>& samples) {
   j["tokens_per_s"] = std::round(tokens / std::max(1e-9, mean.total));
   j["split_ms"] = {{"rollout", ms(mean.rollout)}, {"reward", ms(mean.reward)}, {"reference", ms(mean.reference)},
                    {"train", ms(mean.train)}, {"weight_sync", ms(mean.sync)}};
+  j["actor_ms"] = {{"rollout", ms(actor.rollout)}, {"train", ms(actor.train)}};
   return j;
 }
 
@@ -250,6 +269,7 @@ nlohmann::ordered_json bench_reward_model(Runtime& rt, const rl::RunConfig& demo
     Sample s;
     const auto m = f();
     s.loss = m.loss;
+    s.actor.train = m.seconds;
     s.tokens = double(m.tokens);   // trained tokens: tokens_per_s is the training throughput
     s.seconds.train = s.seconds.total = since(t);
     return s;

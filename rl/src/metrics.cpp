@@ -65,6 +65,7 @@ std::string to_json_line(const StepRecord& r) {
   const auto& s = r.seconds;
   j["seconds"] = {{"rollout", rounded(s.rollout)}, {"reward", rounded(s.reward)}, {"reference", rounded(s.reference)},
                   {"train", rounded(s.train)}, {"sync", rounded(s.sync)}, {"eval", rounded(s.eval)}, {"total", rounded(s.total)}};
+  j["actor_seconds"] = {{"rollout", rounded(r.actor_seconds.rollout)}, {"train", rounded(r.actor_seconds.train)}};
   put_scalars(j, "values", r.values);
   return j.dump();
 }

@@ -127,6 +127,7 @@ class Ppo final : public Algorithm {
         auto critic = critic_->call(&actors::Trainer::train_step, c.algo.mini_batches == 1 ? batch.critic : rows_of(batch.critic, begin, k));
         m = policy.get();
         v = critic.get();
+        run.count_train(m);
       }
     }
     clock.lap(&StepTimes::train);

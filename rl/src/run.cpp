@@ -340,7 +340,11 @@ std::vector<float> Run::advantages(const std::vector<actors::RewardResult>& rewa
   return std::move(out.advantages);
 }
 
-actors::TrainMetrics Run::train(const actors::TrainBatch& batch) { return trainer_.call_sync(&actors::Trainer::train_step, batch); }
+actors::TrainMetrics Run::train(const actors::TrainBatch& batch) {
+  auto m = trainer_.call_sync(&actors::Trainer::train_step, batch);
+  count_train(m);
+  return m;
+}
 
 // Through the versioned weight store: the trainer publishes, the rollout engines pull (engine 0,
 // colocated: no copy beyond the publish; the others: the mapped file or the chain).
@@ -373,11 +377,13 @@ StepRecord Run::record(const actors::RolloutBatch& samples, const std::vector<ac
   rec.rollout_engines = engines_;
   rec.samples_digest = samples_digest(samples);
   rec.seconds = clock.times();
+  rec.actor_seconds = ActorTimes{samples.seconds, train_seconds_};
   rec.tokens_per_s = double(samples.generated_tokens) / std::max(1e-9, rec.seconds.total);
   return rec;
 }
 
 StepRecord Run::step() {
+  train_seconds_ = 0;
   StepRecord rec = algorithm_->step(*this);
   ++state_.step;
   rec.step = state_.step;

@@ -74,6 +74,13 @@ TEST_CASE("a short seeded GRPO run on one-digit addition raises its reward withi
   CHECK(last > first + 0.2);
   // Every step's samples came from the previous step's weights (RL-1: on-policy, lag 0).
   for (std::size_t i = 1; i < records.size(); ++i) CHECK(records[i].sample_version == records[i - 1].policy_version);
+  // The time inside the engine's generate and the trainer's train step is part of its phase's.
+  for (const auto& r : records) {
+    CHECK(r.actor_seconds.rollout > 0);
+    CHECK(r.actor_seconds.rollout <= r.seconds.rollout);
+    CHECK(r.actor_seconds.train > 0);
+    CHECK(r.actor_seconds.train <= r.seconds.train);
+  }
   std::filesystem::remove_all(config.run.run_dir);
 }
 
@@ -273,6 +280,8 @@ TEST_CASE("PPO's adaptive KL controller moves beta by the sampled KL, and offlin
       CHECK(r.values.at("kl_coef") == doctest::Approx(beta).epsilon(1e-12));   // the beta this step's rewards carried
       const double error = std::clamp(r.values.at("sampled_kl") / config.algo.kl_target - 1.0, -0.2, 0.2);
       beta *= 1.0 + error * double(config.algo.prompts_per_step * config.algo.group_size) / config.algo.kl_horizon;
+      CHECK(r.actor_seconds.train > 0);   // its policy steps, made beside the critic's, are counted
+      CHECK(r.actor_seconds.train <= r.seconds.train);
     }
     CHECK(records.back().values.at("kl_coef") != config.algo.kl_coef);
     CHECK(ppo.state().values.at("kl_coef") == doctest::Approx(beta).epsilon(1e-12));   // checkpointed with the run state
@@ -295,6 +304,14 @@ TEST_CASE("PPO's adaptive KL controller moves beta by the sampled KL, and offlin
       digests.insert(r.samples_digest);
     }
     CHECK(digests.size() == records.size());   // each step its own prompts and seed
+    // The round's generates are the first step's, in its time and in what its record says.
+    CHECK(records[0].actor_seconds.rollout > 0);
+    CHECK(records[0].actor_seconds.rollout <= records[0].seconds.rollout);
+    for (std::size_t i = 1; i < records.size(); ++i) {
+      CHECK(records[i].seconds.rollout == 0);
+      CHECK(records[i].actor_seconds.rollout == 0);
+      CHECK(records[i].actor_seconds.train > 0);
+    }
     CHECK(records.back().policy_version > sft_version);
     std::filesystem::remove_all(config.run.run_dir);
   }

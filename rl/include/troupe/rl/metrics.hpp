@@ -16,6 +16,14 @@ struct StepTimes {
   double rollout = 0, reward = 0, reference = 0, train = 0, sync = 0, eval = 0, total = 0;
 };
 
+// Seconds inside the actors' own methods, as they measured them: the rollout engines' generate
+// (the slowest engine's, RolloutBatch::seconds) and the trainer's train steps (TrainMetrics::
+// seconds, summed over the step). Against the same phases in StepTimes, the rest is the calls'
+// cost: encoding, the way there and back, the waits.
+struct ActorTimes {
+  double rollout = 0, train = 0;
+};
+
 struct StepRecord {
   std::int64_t step = 0;
   std::int64_t policy_version = 0;      // after the update
@@ -30,6 +38,7 @@ struct StepRecord {
   std::int32_t rollout_engines = 1;     // the engines this step's samples were split across
   std::string samples_digest;           // of the step's tokens and masks (16 hex digits): equal digests, equal samples
   StepTimes seconds;
+  ActorTimes actor_seconds;
   std::map<std::string, double> values;  // every metric the objective reported, by name ("values" in the JSON line)
 };
 

@@ -311,6 +311,9 @@ class Run {
   // The configured estimator's one advantage per sample (config.algo.advantage).
   std::vector<float> advantages(const std::vector<actors::RewardResult>& rewards);
   actors::TrainMetrics train(const actors::TrainBatch& batch);          // one optimizer step of the policy
+  // A train step of the policy made through trainer() directly (PPO's, beside its critic's): its
+  // time inside the trainer counts in the step's record (ActorTimes), as train()'s do.
+  void count_train(const actors::TrainMetrics& m) { train_seconds_ += m.seconds; }
   // Publishes the trainer's weights to the store; every engine pulls them.
   void sync_weights();
   // The step's record: reward statistics of `rewards`, the trainer's metrics, the clock's split,
@@ -340,6 +343,7 @@ class Run {
   RolloutRange rollouts_;
   std::unique_ptr<RolloutPool> pool_;         // engine 0 and the elastic group of the others
   int engines_ = 1;                           // the last generate's
+  double train_seconds_ = 0;                  // in the trainer's train steps this step (ActorTimes)
   ActorRef<actors::Reference> reference_;
   ActorRef<actors::Reward> reward_;
   std::unique_ptr<RewardBackend> reward_backend_;   // config_.reward's: what the samples are rewarded with
