@@ -36,6 +36,7 @@ constexpr auto kSleepSlice = std::chrono::milliseconds(10);
 struct Header {
   Magic magic;
   std::uint64_t capacity;
+  std::uint32_t layout;   // kLayout of the build that made it (0 in files of builds before the word)
   alignas(64) Control rings[2];
 };
 static_assert(sizeof(Header) <= kHeaderPage);
@@ -94,6 +95,7 @@ std::shared_ptr<Mapping> Mapping::create(std::uint64_t capacity) {
   auto* h = new (m->base_) Header{};   // the file is zeros: this only starts the atomics' lifetimes
   h->magic = m->magic_;
   h->capacity = capacity;
+  h->layout = kLayout;
   return m;
 }
 
@@ -121,6 +123,9 @@ std::shared_ptr<Mapping> Mapping::open(std::uint32_t pid, int fd, const Magic& m
   const auto* h = static_cast<const Header*>(m->base_);
   if (std::memcmp(h->magic.data(), magic.data(), magic.size()) != 0 || h->capacity != capacity) {
     throw std::runtime_error(path + " is not the lane offered");   // another file: a reused pid
+  }
+  if (h->layout != kLayout) {   // a peer of another build: its messages stay on the socket
+    throw std::runtime_error(path + " is a lane of layout " + std::to_string(h->layout) + ", not " + std::to_string(kLayout));
   }
   m->magic_ = magic;
   m->close_fd();   // mapped: the descriptor is no longer needed

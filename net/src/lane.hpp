@@ -32,6 +32,10 @@ using Magic = std::array<unsigned char, 16>;
 // Each way. A frame is at most a link chunk (256 KiB) and its header, so a few fit at once.
 inline constexpr std::uint64_t kCapacity = std::uint64_t(1) << 20;
 
+// The shared words' layout, in the file's header: a peer that finds another (a process of another
+// troupe build) refuses the lane and keeps the link on its socket. 2: Control's named sleepers.
+inline constexpr std::uint32_t kLayout = 2;
+
 // A consumer thread asleep for the frames to one receiver of its process (LaneWatch::sleep's
 // `waits_for`: an actor's host): a frame to that receiver wakes this thread, not whichever sleeper
 // the ring's own bell would wake. `key` 0: a free slot.

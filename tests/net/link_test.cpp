@@ -24,6 +24,7 @@
 #include "troupe/error.hpp"
 #include "troupe/net/address.hpp"
 #include "troupe/net/link.hpp"
+#include "lane.hpp"   // white-box: a lane file's header
 
 namespace net = troupe::net;
 using namespace std::chrono_literals;
@@ -638,6 +639,23 @@ TEST_CASE("links: a lane's file is in memory in both its mappings before a messa
   for (const auto& m : maps) {
     CHECK(m.size > (2u << 20));   // a header page and two rings of 1 MiB
     CHECK(resident_pages(m) == m.size / page);   // one message touched a page or two of them
+  }
+}
+
+TEST_CASE("lanes: a file of another layout (a peer of another build) is refused, one of this build's is opened") {
+  namespace lane = net::lane;
+  auto made = lane::Mapping::create(lane::kCapacity);
+  CHECK(lane::Mapping::open(std::uint32_t(::getpid()), made->fd(), made->magic(), made->capacity()) != nullptr);
+  // The header: magic (16 bytes), capacity (8), the layout word, then the rings' words from byte 64.
+  char* header = reinterpret_cast<char*>(&made->control(0)) - 64;
+  auto* layout = reinterpret_cast<std::uint32_t*>(header + 24);
+  REQUIRE(*layout == lane::kLayout);
+  *layout = 0;   // a file of a build before the word
+  try {
+    lane::Mapping::open(std::uint32_t(::getpid()), made->fd(), made->magic(), made->capacity());
+    FAIL("a lane of another layout was opened");
+  } catch (const std::runtime_error& e) {
+    CHECK(std::string(e.what()).find("layout 0") != std::string::npos);
   }
 }
 
