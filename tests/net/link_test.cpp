@@ -414,6 +414,17 @@ std::vector<Mapped> lane_mappings() {
   return found;
 }
 
+// `client`'s first message, sent and taken, then its switch to a lane: this process's lane
+// mappings, two more than `before` (the new file, mapped by each end; the newest last).
+std::vector<Mapped> first_message_then_lane(Server& server, Client& client, std::size_t before) {
+  REQUIRE(client.link->send('m', std::vector<char>{1}));
+  REQUIRE(server.inbox.wait_messages(1));
+  REQUIRE(wait_lane(*client.link));
+  auto maps = lane_mappings();
+  REQUIRE(maps.size() == before + 2);
+  return maps;
+}
+
 // How many of the mapping's pages are in this process's memory (mincore).
 std::size_t resident_pages(const Mapped& m) {
   const auto page = std::size_t(::sysconf(_SC_PAGESIZE));
@@ -630,11 +641,7 @@ TEST_CASE("links: a lane's file is in memory in both its mappings before a messa
   const auto before = lane_mappings().size();
   Server server("secret", with_lane());
   Client client(server, with_lane());
-  REQUIRE(client.link->send('m', std::vector<char>{1}));
-  REQUIRE(server.inbox.wait_messages(1));
-  REQUIRE(wait_lane(*client.link));
-  const auto maps = lane_mappings();
-  REQUIRE(maps.size() == before + 2);   // the file, mapped by each end (this test's are the newest)
+  const auto maps = first_message_then_lane(server, client, before);
   const auto page = std::size_t(::sysconf(_SC_PAGESIZE));
   for (const auto& m : maps) {
     CHECK(m.size > (2u << 20));   // a header page and two rings of 1 MiB
@@ -664,11 +671,7 @@ TEST_CASE("links: a lane whose rings were written over closes its link alone, an
     const auto before = lane_mappings().size();
     Server server("secret", with_lane());
     Client victim(server, with_lane());
-    REQUIRE(victim.link->send('m', std::vector<char>{1}));
-    REQUIRE(server.inbox.wait_messages(1));
-    REQUIRE(wait_lane(*victim.link));
-    const auto maps = lane_mappings();
-    REQUIRE(maps.size() == before + 2);   // the file, mapped by each end
+    const auto maps = first_message_then_lane(server, victim, before);
     Client other(server, with_lane());    // a second link to the same hub: it must stay open
     REQUIRE(wait_lane(*other.link));
     // The client-to-server ring's head (header: magic, capacity, then each ring's words on
