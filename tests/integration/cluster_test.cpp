@@ -88,7 +88,8 @@ TEST_CASE("calls in flight together over a link are answered in submission order
   CHECK(refused.error().message == "torn version");
   auto t = b.call(&Store::make, std::int64_t(4 << 20), 9).get();   // a result tensor over UCX
   CHECK(fnv1a(t.data, t.nbytes()) == b.call(&Store::checksum_of_last).get());
-  // One of 300 KiB comes inline by the same-host lane (transport::kLaneInlineMaxBytes), both ways.
+  // One of 300 KiB, past a socket's inline limit and within a lane's (inline by the lane: the peers
+  // test "tensors up to kLaneInlineMaxBytes go in the message"), arrives whole both ways.
   auto mid = b.call(&Store::make, std::int64_t(300 << 10), 5).get();
   CHECK(mid.nbytes() == std::size_t(300 << 10));
   CHECK(fnv1a(mid.data, mid.nbytes()) == b.call(&Store::checksum_of_last).get());

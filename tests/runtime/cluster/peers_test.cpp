@@ -15,8 +15,10 @@
 #include "actor_host.hpp"
 #include "cluster/peers.hpp"
 #include "cluster/remote_route.hpp"
+#include "cluster/wire.hpp"
 #include "runtime_impl.hpp"
 #include "troupe/future.hpp"
+#include "troupe/transport/descriptor.hpp"
 
 namespace cl = troupe::cluster;
 namespace d = troupe::detail;
@@ -157,4 +159,33 @@ TEST_CASE("peers: a reply is taken whenever it comes, far from when the method's
   const auto t0 = std::chrono::steady_clock::now();
   CHECK(f.call(c, 5).get() == 50);                                     // far earlier than expected
   CHECK(std::chrono::steady_clock::now() - t0 < 150ms);                // taken when it came, not near 250 ms
+}
+
+TEST_CASE("peers: once a same-host link has its lane, tensors up to kLaneInlineMaxBytes go in the message") {
+  namespace tp = troupe::transport;
+  Fixture f;
+  f.server.host(7, 3, f.host);
+  auto link = f.client.link_to(f.address);
+  REQUIRE(link != nullptr);
+  auto c = f.cell(7);
+  c->bind(std::make_shared<cl::LinkRoute>(7, 3, link));
+  CHECK(f.call(c, 1).get() == 10);
+  for (int i = 0; i < 500 && !link->has_lane(); ++i) std::this_thread::sleep_for(10ms);
+  REQUIRE(link->has_lane());
+  CHECK(d::inline_limit(*link) == tp::kLaneInlineMaxBytes);
+  auto t = troupe::TensorView::empty(troupe::DType::U8, {300 << 10});   // past a socket's 64 KiB
+  std::fill_n(t.data_as<unsigned char>(), t.nbytes(), 7);
+  auto by_lane = troupe::encode_value(t);
+  const auto w = d::to_wire(by_lane, d::inline_limit(*link));
+  REQUIRE(w.tensors.size() == 1);
+  CHECK(w.regions.empty());   // nothing exposed for the peer to pull
+  const auto inl = tp::decode_descriptor(w.tensors[0]);
+  CHECK(inl.is_inline);
+  CHECK(inl.inline_bytes == std::vector<char>(300 << 10, 7));
+  auto by_socket = troupe::encode_value(t);
+  const auto s = d::to_wire(by_socket);   // a socket's limit: by the data plane
+  REQUIRE(s.tensors.size() == 1);
+  CHECK_FALSE(tp::decode_descriptor(s.tensors[0]).is_inline);
+  CHECK(s.regions.size() == 1);
+  d::release_regions(s.regions);
 }
