@@ -39,12 +39,9 @@ class Dpo final : public Algorithm {
 
   StepRecord step(Run& run) override {
     StepClock clock;
-    const bool sampling = round_.empty();
-    double generating = 0;   // inside the engines, this step: the whole round's generates, or none
-    if (sampling) generating = sample_round(run, clock);   // new pairs from the current policy
+    if (round_.empty()) sample_round(run, clock);   // new pairs from the current policy
     RoundStep s = std::move(round_.front());
     round_.pop_front();
-    s.samples.seconds = generating;   // what the record's ActorTimes reports
     actors::TrainMetrics m;
     m.policy_version = run.state().policy_version;   // a step without a pair changes nothing
     if (s.pairs > 0) {
@@ -91,16 +88,13 @@ class Dpo final : public Algorithm {
  private:
   // The next min(dpo_round_steps, steps left) steps' samples, each drawn as its own step would
   // draw it (its prompts, its step's seed), scored and paired, with the reference's logprobs.
-  // Returns the seconds the engines took for them (RolloutBatch::seconds, summed).
-  double sample_round(Run& run, StepClock& clock) {
+  void sample_round(Run& run, StepClock& clock) {
     const RunConfig& c = run.config();
     const std::int64_t k = std::max<std::int64_t>(1, std::min<std::int64_t>(c.algo.dpo_round_steps, c.algo.steps - run.state().step));
-    double generating = 0;
     for (std::int64_t i = 0; i < k; ++i) {
       const auto prompts = run.next_prompts();
       RoundStep s;
       s.samples = run.generate(prompts, run.state().step + i);
-      generating += s.samples.seconds;
       clock.lap(&StepTimes::rollout);
       s.rewards = run.score(prompts, s.samples);
       clock.lap(&StepTimes::reward);
@@ -113,7 +107,6 @@ class Dpo final : public Algorithm {
       clock.lap(&StepTimes::reference);
       round_.push_back(std::move(s));
     }
-    return generating;
   }
 
   std::deque<RoundStep> round_;

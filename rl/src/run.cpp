@@ -307,7 +307,9 @@ actors::RolloutBatch Run::generate(const std::vector<Problem>& problems, std::in
   req.prompts = encode_prompts(problems, *tokenizer_);
   req.samples_per_prompt = config_.algo.group_size;
   req.sampling = step_sampling(step);
-  return pool_->generate(req, &engines_);
+  auto samples = pool_->generate(req, &engines_);
+  rollout_seconds_ += samples.seconds;
+  return samples;
 }
 
 std::vector<actors::RewardResult> Run::score(const std::vector<Problem>& problems, const actors::RolloutBatch& samples) {
@@ -377,13 +379,13 @@ StepRecord Run::record(const actors::RolloutBatch& samples, const std::vector<ac
   rec.rollout_engines = engines_;
   rec.samples_digest = samples_digest(samples);
   rec.seconds = clock.times();
-  rec.actor_seconds = ActorTimes{samples.seconds, train_seconds_};
+  rec.actor_seconds = ActorTimes{rollout_seconds_, train_seconds_};
   rec.tokens_per_s = double(samples.generated_tokens) / std::max(1e-9, rec.seconds.total);
   return rec;
 }
 
 StepRecord Run::step() {
-  train_seconds_ = 0;
+  rollout_seconds_ = train_seconds_ = 0;
   StepRecord rec = algorithm_->step(*this);
   ++state_.step;
   rec.step = state_.step;

@@ -16,9 +16,9 @@ struct StepTimes {
   double rollout = 0, reward = 0, reference = 0, train = 0, sync = 0, eval = 0, total = 0;
 };
 
-// Seconds inside the actors' own methods, as they measured them: the rollout engines' generate
-// (the slowest engine's, RolloutBatch::seconds) and the trainer's train steps (TrainMetrics::
-// seconds, summed over the step). Against the same phases in StepTimes, the rest is the calls'
+// Seconds inside the actors' own methods, as they measured them: the rollout engines' generates
+// (the slowest engine's of each, RolloutBatch::seconds) and the trainer's train steps (TrainMetrics::
+// seconds), summed over the step. Against the same phases in StepTimes, the rest is the calls'
 // cost: encoding, the way there and back, the waits.
 struct ActorTimes {
   double rollout = 0, train = 0;

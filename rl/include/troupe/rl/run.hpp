@@ -317,7 +317,8 @@ class Run {
   // Publishes the trainer's weights to the store; every engine pulls them.
   void sync_weights();
   // The step's record: reward statistics of `rewards`, the trainer's metrics, the clock's split,
-  // the samples' digest and engines.
+  // the samples' digest and engines, and the step's time inside the engines' generates and the
+  // trainer's train steps (generate(), train(), count_train(): ActorTimes).
   StepRecord record(const actors::RolloutBatch& samples, const std::vector<actors::RewardResult>& rewards,
                     const actors::TrainMetrics& metrics, const StepClock& clock) const;
 
@@ -343,7 +344,7 @@ class Run {
   RolloutRange rollouts_;
   std::unique_ptr<RolloutPool> pool_;         // engine 0 and the elastic group of the others
   int engines_ = 1;                           // the last generate's
-  double train_seconds_ = 0;                  // in the trainer's train steps this step (ActorTimes)
+  double rollout_seconds_ = 0, train_seconds_ = 0;   // this step's in the engines' generates and the trainer's train steps (ActorTimes)
   ActorRef<actors::Reference> reference_;
   ActorRef<actors::Reward> reward_;
   std::unique_ptr<RewardBackend> reward_backend_;   // config_.reward's: what the samples are rewarded with
