@@ -74,6 +74,16 @@ struct Fixture {
     rt.add_cell(c);   // replies find their cell in the runtime's table
     return c;
   }
+  // Actor 7 (incarnation 3) hosted by the server, and a cell of the client's bound to it over the
+  // client's link to the server: the link and the cell.
+  std::pair<std::shared_ptr<troupe::net::Link>, std::shared_ptr<d::ActorCell>> served_seven() {
+    server.host(7, 3, host);
+    auto link = client.link_to(address);
+    REQUIRE(link != nullptr);
+    auto c = cell(7);
+    c->bind(std::make_shared<cl::LinkRoute>(7, 3, link));
+    return {link, c};
+  }
   troupe::Future<int> call(const std::shared_ptr<d::ActorCell>& c, int x) {
     troupe::Promise<int> p;
     c->submit("m", troupe::encode_args(x), p.state(), 0ns);
@@ -148,11 +158,7 @@ TEST_CASE("peers: a reply is taken whenever it comes, far from when the method's
   // A call table expects each reply about when the method's recent ones came, and its waiter sleeps
   // until shortly before that: a reply much later, or much earlier, must still be taken at once.
   Fixture f;
-  f.server.host(7, 3, f.host);
-  auto link = f.client.link_to(f.address);
-  REQUIRE(link != nullptr);
-  auto c = f.cell(7);
-  c->bind(std::make_shared<cl::LinkRoute>(7, 3, link));
+  const auto [link, c] = f.served_seven();
   for (int i = 0; i < 10; ++i) CHECK(f.call(c, i).get() == 10 * i);   // quick: expected within microseconds
   CHECK(f.call(c, -300).get() == -3000);                              // far later than expected
   for (int i = 0; i < 6; ++i) CHECK(f.call(c, -250).get() == -2500);  // now expected ~250 ms after sending
@@ -164,11 +170,7 @@ TEST_CASE("peers: a reply is taken whenever it comes, far from when the method's
 TEST_CASE("peers: once a same-host link has its lane, tensors up to kLaneInlineMaxBytes go in the message") {
   namespace tp = troupe::transport;
   Fixture f;
-  f.server.host(7, 3, f.host);
-  auto link = f.client.link_to(f.address);
-  REQUIRE(link != nullptr);
-  auto c = f.cell(7);
-  c->bind(std::make_shared<cl::LinkRoute>(7, 3, link));
+  const auto [link, c] = f.served_seven();
   CHECK(f.call(c, 1).get() == 10);
   for (int i = 0; i < 500 && !link->has_lane(); ++i) std::this_thread::sleep_for(10ms);
   REQUIRE(link->has_lane());
