@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include <malloc.h>
 
 #include <CLI/CLI.hpp>
 
@@ -88,11 +87,6 @@ troupe::rl::RunConfig parse(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Each actor thread gets its own glibc malloc arena, and glibc trims those arenas eagerly: the
-  // tensors a step allocates and frees then cost page faults on every step (measured: ~10 ms of a
-  // 60 ms rollout phase). Keeping freed memory mapped makes actor threads allocate as fast as main.
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  mallopt(M_MMAP_THRESHOLD, 64 << 20);
   auto rt = troupe::init(argc, argv);
   auto config = parse(argc, argv);
   return troupe::rl::run_and_report("grpo", rt, config);

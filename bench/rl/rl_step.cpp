@@ -28,7 +28,6 @@
 #include <optional>
 #include <sstream>
 
-#include <malloc.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -296,11 +295,6 @@ nlohmann::ordered_json bench_reward_model(Runtime& rt, const rl::RunConfig& demo
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Each actor thread gets its own glibc malloc arena, and glibc trims those arenas eagerly: the
-  // tensors a step allocates and frees then cost page faults on every step (measured: ~10 ms of a
-  // 60 ms rollout phase). Keeping freed memory mapped makes actor threads allocate as fast as main.
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  mallopt(M_MMAP_THRESHOLD, 64 << 20);
   auto rt = troupe::init(argc, argv);   // a worker process of this bench returns never
   int steps = 20, warmup = 3, sft_steps = 100, rm_pairs = 64, blas = -1;
   std::string algorithms = "grpo,ppo,dpo,reward_model";

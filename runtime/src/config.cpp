@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cluster/worker.hpp"
+#include "process_memory.hpp"
 #include "troupe/runtime.hpp"
 
 namespace troupe {
@@ -146,6 +147,7 @@ RuntimeConfig RuntimeConfig::from_args_and_env(int argc, const char* const* argv
 }
 
 Runtime init(int argc, char** argv) {
+  (void)detail::keep_tensor_memory();   // before any thread of the runtime allocates
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--troupe-worker") detail::run_worker(argv[i + 1]);   // never returns
   }

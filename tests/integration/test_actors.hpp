@@ -2,11 +2,14 @@
 // so these registrations exist in the driver and in every worker alike.
 #pragma once
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "../support/gate_actor.hpp"   // relative: bench/ includes this header too
 #include "troupe/troupe.hpp"
@@ -43,8 +46,29 @@ struct Store {
     auto t = other.call(&Store::make, bytes, seed).get();
     return fnv1a(t.data, t.nbytes());
   }
+  // Allocates `mib` blocks of 1 MiB on this actor's thread, writes every page, frees them all;
+  // `rounds` times. Returns the page faults of the last round (this thread's).
+  long refault(int mib, int rounds) {
+    long faults = 0;
+    for (int r = 0; r < rounds; ++r) {
+      rusage before{}, after{};
+      ::getrusage(RUSAGE_THREAD, &before);
+      std::vector<void*> blocks;
+      blocks.reserve(std::size_t(mib));
+      for (int i = 0; i < mib; ++i) {
+        void* p = std::malloc(std::size_t(1) << 20);
+        std::memset(p, r + 1, std::size_t(1) << 20);
+        asm volatile("" : : "r"(p) : "memory");   // the writes are the point: keep them
+        blocks.push_back(p);
+      }
+      for (void* p : blocks) std::free(p);
+      ::getrusage(RUSAGE_THREAD, &after);
+      faults = after.ru_minflt - before.ru_minflt;
+    }
+    return faults;
+  }
   // Fails with an Error of another domain than the core's: its caller sees exactly that Error.
   int refuse(std::string why) { throw troupe::ErrorException(troupe::Error{troupe::WeightCode::Checksum, why}); }
   std::uint64_t last_checksum = 0;
 };
-TROUPE_ACTOR(Store, pid, add, get, sleep_ms, make, checksum_of_last, checksum, add_via, pull_checksum, refuse);
+TROUPE_ACTOR(Store, pid, add, get, sleep_ms, make, checksum_of_last, checksum, add_via, pull_checksum, refault, refuse);

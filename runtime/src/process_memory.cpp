@@ -1,0 +1,32 @@
+#include "process_memory.hpp"
+
+#include <malloc.h>
+
+#include <cstdlib>
+#include <cstring>
+
+namespace troupe::detail {
+namespace {
+
+// Whether the environment sets this malloc setting itself: its own variable, or its tunable.
+bool environment_sets(const char* variable, const char* tunable) {
+  if (std::getenv(variable) != nullptr) return true;
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  return tunables != nullptr && std::strstr(tunables, tunable) != nullptr;
+}
+
+}  // namespace
+
+MallocSettings keep_tensor_memory() {
+  MallocSettings s;
+  if (!environment_sets("MALLOC_ARENA_MAX", "glibc.malloc.arena_max")) s.arena_max = ::mallopt(M_ARENA_MAX, 1) == 1;
+  if (!environment_sets("MALLOC_TRIM_THRESHOLD_", "glibc.malloc.trim_threshold")) {
+    s.trim_threshold = ::mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1;
+  }
+  if (!environment_sets("MALLOC_MMAP_THRESHOLD_", "glibc.malloc.mmap_threshold")) {
+    s.mmap_threshold = ::mallopt(M_MMAP_THRESHOLD, 64 << 20) == 1;
+  }
+  return s;
+}
+
+}  // namespace troupe::detail
