@@ -10,8 +10,13 @@
 //               colocated in one worker, the reference, the reward and PPO's critic in their own);
 //   plain       the same actor classes as plain objects, called directly in one thread with the same
 //               math (the algorithms' batch builders, algorithms.hpp): one plain libtorch loop.
-// PPO runs with build/bin/ppo's settings, blas_threads 1 among them (OpenBLAS at one thread in this
-// whole process while its runs last, the plain loop's steps included: actors/blas.hpp).
+// PPO runs with build/bin/ppo's settings. Every algorithm runs with OpenBLAS at one thread
+// (--blas-threads, default 1: the one CPU each role holds), in every process while its runs last,
+// the plain loop's steps included (actors/blas.hpp). OpenBLAS's own pool is as wide as the machine,
+// in each process, and an idle pool thread spins ~0.1 s after each call: with the worker processes
+// that was one process's pool spinning on the core another computed on (2026-12-04, four
+// alternating pairs of 40 GRPO steps: workers' ratio 1.04-1.16 with the default pools, 0.96-1.04
+// at one thread; the plain loop's step 81-105 ms and 101-105 ms).
 // GRPO runs with beta 0.04 (the reference in its step, as this bench measured it before the demo
 // dropped the KL term). All three start from the same SFT weights and draw the same prompts and seeds; `same_math` checks
 // that their rewards and losses match step for step. Prints one JSON object with a key per
@@ -296,7 +301,7 @@ nlohmann::ordered_json bench_reward_model(Runtime& rt, const rl::RunConfig& demo
 
 int main(int argc, char** argv) {
   auto rt = troupe::init(argc, argv);   // a worker process of this bench returns never
-  int steps = 20, warmup = 3, sft_steps = 100, rm_pairs = 64, blas = -1;
+  int steps = 20, warmup = 3, sft_steps = 100, rm_pairs = 64, blas = 1;
   std::string algorithms = "grpo,ppo,dpo,reward_model";
   CLI::App app{"one step of each algorithm: troupe actors (in-process and in worker processes) vs a plain loop"};
   app.allow_extras();
@@ -305,7 +310,7 @@ int main(int argc, char** argv) {
   app.add_option("--sft-steps", sft_steps, "SFT steps of the shared start (DPO needs correct answers to pair)");
   app.add_option("--algorithms", algorithms, "comma-separated: grpo, ppo, dpo, reward_model");
   app.add_option("--blas-threads", blas,
-                 "OpenBLAS threads for every algorithm (placement.blas_threads; 0: the default pool); -1: each its own (ppo 1)");
+                 "OpenBLAS threads for every algorithm (placement.blas_threads; default 1; 0: the default pool); -1: each its own (ppo 1)");
   CLI11_PARSE(app, argc, argv);
 
   auto demo = rl::RunConfig::demo();
