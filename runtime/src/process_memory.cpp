@@ -19,13 +19,13 @@ bool environment_sets(const char* variable, const char* tunable) {
 
 MallocSettings keep_tensor_memory() {
   MallocSettings s;
-  if (!environment_sets("MALLOC_ARENA_MAX", "glibc.malloc.arena_max")) s.arena_max = ::mallopt(M_ARENA_MAX, 1) == 1;
   if (!environment_sets("MALLOC_TRIM_THRESHOLD_", "glibc.malloc.trim_threshold")) {
     s.trim_threshold = ::mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1;
   }
   if (!environment_sets("MALLOC_MMAP_THRESHOLD_", "glibc.malloc.mmap_threshold")) {
     s.mmap_threshold = ::mallopt(M_MMAP_THRESHOLD, 64 << 20) == 1;
   }
+  if (!environment_sets("MALLOC_TOP_PAD_", "glibc.malloc.top_pad")) s.top_pad = ::mallopt(M_TOP_PAD, 64 << 20) == 1;
   return s;
 }
 
