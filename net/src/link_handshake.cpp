@@ -38,18 +38,40 @@ Bytes bytes(const std::array<unsigned char, N>& a) { return {a.data(), a.size()}
 // A role byte in each proof, so that one side's proof offered back to it does not verify.
 const unsigned char kConnectorRole[] = {'C'}, kAcceptorRole[] = {'S'};
 
+// Four fields from a build before kWireVersion (version 0), five since; more are a later build's
+// (its version, the fifth, says so).
 PeerIdentity decode_identity(const char* data, std::size_t size) {
   std::size_t off = 0;
   msgpack::unpack_limit limits(/*array*/ 8, /*map*/ 0, /*str*/ 1024, /*bin*/ 0, /*ext*/ 0, /*depth*/ 2);
   auto h = msgpack::unpack(data, size, off, nullptr, nullptr, limits);
   const auto& o = h.get();
-  if (off != size || o.type != msgpack::type::ARRAY || o.via.array.size != 4) throw std::runtime_error("bad identity");
+  if (off != size || o.type != msgpack::type::ARRAY || o.via.array.size < 4) throw std::runtime_error("bad identity");
   PeerIdentity id;
   o.via.array.ptr[0].convert(id.host);
   o.via.array.ptr[1].convert(id.pid);
   o.via.array.ptr[2].convert(id.start_time);
   o.via.array.ptr[3].convert(id.role);
+  id.wire_version = 0;
+  if (o.via.array.size > 4) o.via.array.ptr[4].convert(id.wire_version);
   return id;
+}
+
+// Why `peer` cannot link with `self` (kWireVersion, but for a test's hub); "" when they agree.
+std::string version_mismatch(const PeerIdentity& self, const PeerIdentity& peer) {
+  if (peer.wire_version == self.wire_version) return "";
+  return "the peer (" + peer.role + " on " + peer.host + ") speaks troupe wire version " +
+         std::to_string(peer.wire_version) + (peer.wire_version == 0 ? " (a build from before versions)" : "") +
+         ", this process " + std::to_string(self.wire_version) + ": a cluster runs one troupe build";
+}
+
+// A refusal's reason as the refused side shows it: printable ASCII, bounded.
+std::string printable_reason(const std::vector<char>& body) {
+  std::string out;
+  for (char c : body) {
+    if (out.size() == 512) break;
+    out += (c >= 0x20 && c < 0x7f) ? c : '?';
+  }
+  return out;
 }
 
 // /proc/<pid>/stat, "" when it cannot be read (the process is gone or going).
@@ -127,11 +149,12 @@ Tag Hmac::operator()(std::initializer_list<Bytes> parts) const {
 std::vector<char> encode_identity(const PeerIdentity& id) {
   msgpack::sbuffer buf;
   msgpack::packer<msgpack::sbuffer> pk(buf);
-  pk.pack_array(4);
+  pk.pack_array(5);
   pk.pack(id.host);
   pk.pack(id.pid);
   pk.pack(id.start_time);
   pk.pack(id.role);
+  pk.pack(id.wire_version);
   return std::vector<char>(buf.data(), buf.data() + buf.size());
 }
 
@@ -196,6 +219,13 @@ asio::awaitable<PeerIdentity> accept_handshake(LinkHub::Impl& hub, tcp::socket& 
   } catch (const std::exception& e) {
     throw ErrorException(Error{NetCode::Refused, std::string("a malformed identity: ") + e.what()});
   }
+  if (const std::string why = version_mismatch(hub.self, peer); !why.empty()) {   // told, so it can say why
+    const std::string theirs = "the peer (" + hub.self.role + " on " + hub.self.host + ") speaks troupe wire version " +
+                               std::to_string(hub.self.wire_version) + ", this process " +
+                               std::to_string(peer.wire_version) + ": a cluster runs one troupe build";
+    co_await write_small(s, kRefusedFrame, std::vector<char>(theirs.begin(), theirs.end()));
+    throw ErrorException(Error{NetCode::Refused, why});
+  }
   const Tag mine = hub.hmac({Bytes(kAcceptorRole), bytes(nc), bytes(ns), bytes(hub.self_bytes)});
   std::vector<char> answer(mine.begin(), mine.end());
   answer.insert(answer.end(), hub.self_bytes.begin(), hub.self_bytes.end());
@@ -226,18 +256,24 @@ asio::awaitable<PeerIdentity> connect_handshake(LinkHub::Impl& hub, tcp::socket&
   if (!co_await read_frame(s, kMaxHandshakeFrame, kind, flags, body)) {
     throw ErrorException(Error{NetCode::Refused, "the peer closed the handshake"});
   }
-  if (kind == kRefusedFrame) throw ErrorException(Error{NetCode::Refused, "refused: missing or wrong cluster token"});
+  if (kind == kRefusedFrame) {   // an empty reason is the token's (and every build before reasons)
+    throw ErrorException(Error{NetCode::Refused, body.empty() ? "refused: missing or wrong cluster token"
+                                                               : "refused: " + printable_reason(body)});
+  }
   if (kind != kAccepted || body.size() <= kTag) throw ErrorException(Error{NetCode::Refused, "a malformed answer"});
   std::vector<char> ident(body.begin() + kTag, body.end());
   const Tag want = hub.hmac({Bytes(kAcceptorRole), bytes(nc), bytes(ns), bytes(ident)});
   if (CRYPTO_memcmp(want.data(), body.data(), kTag) != 0) {
     throw ErrorException(Error{NetCode::Refused, "the peer does not hold the cluster token"});
   }
+  PeerIdentity peer;
   try {
-    co_return decode_identity(ident.data(), ident.size());
+    peer = decode_identity(ident.data(), ident.size());
   } catch (const std::exception& e) {
     throw ErrorException(Error{NetCode::Refused, std::string("a malformed identity: ") + e.what()});
   }
+  if (const std::string why = version_mismatch(hub.self, peer); !why.empty()) throw ErrorException(Error{NetCode::Refused, why});
+  co_return peer;
 }
 
 }  // namespace troupe::net

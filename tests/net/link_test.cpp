@@ -77,8 +77,8 @@ struct Server {
   net::LinkHub hub;
   std::string address;
 
-  explicit Server(const std::string& token, net::LinkOptions opts = {})
-      : hub(token, net::self_identity("server"), opts) {
+  explicit Server(const std::string& token, net::LinkOptions opts = {}, net::PeerIdentity self = net::self_identity("server"))
+      : hub(token, std::move(self), opts) {
     address = hub.listen("127.0.0.1", [this](const std::shared_ptr<net::Link>& l) {
       l->set_handlers([this, deliver = inbox.on_message()](net::Link& link, char kind, std::vector<char>& body) {
         std::lock_guard g(gate);
@@ -331,6 +331,45 @@ TEST_CASE("links: a wrong or missing token, random bytes and a stalled handshake
   REQUIRE(server.inbox.wait_messages(1));
   CHECK(server.inbox.got[0].second == std::vector<char>{'s', 't', 'i', 'l', 'l'});
   CHECK_FALSE(good_inbox.closed);
+}
+
+TEST_CASE("links: a peer of another wire version is refused either way round, the refusal naming both versions") {
+  net::PeerIdentity later = net::self_identity("later");
+  later.wire_version = net::kWireVersion + 1;
+  const std::string theirs = "speaks troupe wire version " + std::to_string(net::kWireVersion + 1);
+  const std::string ours = "this process " + std::to_string(net::kWireVersion);
+  Server server("secret");
+  {   // a later build connects: the server refuses it and says why
+    net::LinkHub hub("secret", later);
+    Inbox ignored;
+    try {
+      (void)hub.connect(server.address, ignored.on_message(), ignored.on_closed(), 5s);
+      FAIL("a peer of another wire version was linked");
+    } catch (const troupe::ErrorException& e) {
+      CHECK(e.code() == troupe::NetCode::Refused);
+      const std::string why = e.what();
+      CHECK(why.find("wire version " + std::to_string(net::kWireVersion) + ",") != std::string::npos);
+      CHECK(why.find("this process " + std::to_string(net::kWireVersion + 1)) != std::string::npos);
+    }
+  }
+  {   // this build connects to a later one's server
+    Server other("secret", {}, later);
+    net::LinkHub hub("secret", net::self_identity("client"));
+    Inbox ignored;
+    try {
+      (void)hub.connect(other.address, ignored.on_message(), ignored.on_closed(), 5s);
+      FAIL("a server of another wire version was linked");
+    } catch (const troupe::ErrorException& e) {
+      CHECK(e.code() == troupe::NetCode::Refused);
+      const std::string why = e.what();
+      CHECK(why.find(theirs) != std::string::npos);
+      CHECK(why.find(ours) != std::string::npos);
+    }
+    CHECK(other.inbox.got.empty());
+  }
+  Client same(server);   // the server still links its own version
+  REQUIRE(same.link->send('m', std::vector<char>{'o', 'k'}));
+  REQUIRE(server.inbox.wait_messages(1));
 }
 
 TEST_CASE("links: an idle link stays open on heartbeats, and a peer that falls silent is closed as frozen") {

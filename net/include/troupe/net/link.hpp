@@ -39,12 +39,20 @@ namespace troupe::net {
 inline constexpr std::uint32_t kMaxChunk = 256u << 10;          // a frame's body after the handshake
 inline constexpr std::uint64_t kMaxMessage = std::uint64_t(4) << 30;
 
+// The version of what troupe's links carry: the frames and messages after the handshake
+// (frames.hpp, head_link.hpp, the runtime's call messages) and a lane's layout (lane.hpp's
+// kLayout). Both ends of a link say theirs in the handshake, and a link between two versions is
+// refused, naming both, instead of one end misreading the other's bytes: a cluster runs one troupe
+// build. Raise it with any change to those bytes. Builds before the number said none (0).
+inline constexpr std::uint32_t kWireVersion = 1;
+
 // Who is at the other end, as it said in the handshake (authenticated: it holds the token).
 struct PeerIdentity {
   std::string host;               // its hostname: a pid means something only on the same host
   std::uint32_t pid = 0;
   std::uint64_t start_time = 0;   // /proc/<pid>/stat's starttime (clock ticks since boot): pid reuse
   std::string role;               // "driver", "worker 7": for logs
+  std::uint32_t wire_version = kWireVersion;   // what its links carry (above)
 };
 
 // This process, as it presents itself.
