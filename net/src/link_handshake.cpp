@@ -56,7 +56,8 @@ PeerIdentity decode_identity(const char* data, std::size_t size) {
   return id;
 }
 
-// Why `peer` cannot link with `self` (kWireVersion, but for a test's hub); "" when they agree.
+// Why `peer` cannot link with `self` (kWireVersion, but for a test's hub), in `self`'s words; ""
+// when they agree. version_mismatch(peer, self) is the same in the peer's words.
 std::string version_mismatch(const PeerIdentity& self, const PeerIdentity& peer) {
   if (peer.wire_version == self.wire_version) return "";
   return "the peer (" + peer.role + " on " + peer.host + ") speaks troupe wire version " +
@@ -219,10 +220,9 @@ asio::awaitable<PeerIdentity> accept_handshake(LinkHub::Impl& hub, tcp::socket& 
   } catch (const std::exception& e) {
     throw ErrorException(Error{NetCode::Refused, std::string("a malformed identity: ") + e.what()});
   }
-  if (const std::string why = version_mismatch(hub.self, peer); !why.empty()) {   // told, so it can say why
-    const std::string theirs = "the peer (" + hub.self.role + " on " + hub.self.host + ") speaks troupe wire version " +
-                               std::to_string(hub.self.wire_version) + ", this process " +
-                               std::to_string(peer.wire_version) + ": a cluster runs one troupe build";
+  // The acceptor decides (a later build may accept an earlier one) and tells the peer why.
+  if (const std::string why = version_mismatch(hub.self, peer); !why.empty()) {
+    const std::string theirs = version_mismatch(peer, hub.self);
     co_await write_small(s, kRefusedFrame, std::vector<char>(theirs.begin(), theirs.end()));
     throw ErrorException(Error{NetCode::Refused, why});
   }
@@ -266,14 +266,11 @@ asio::awaitable<PeerIdentity> connect_handshake(LinkHub::Impl& hub, tcp::socket&
   if (CRYPTO_memcmp(want.data(), body.data(), kTag) != 0) {
     throw ErrorException(Error{NetCode::Refused, "the peer does not hold the cluster token"});
   }
-  PeerIdentity peer;
   try {
-    peer = decode_identity(ident.data(), ident.size());
+    co_return decode_identity(ident.data(), ident.size());
   } catch (const std::exception& e) {
     throw ErrorException(Error{NetCode::Refused, std::string("a malformed identity: ") + e.what()});
   }
-  if (const std::string why = version_mismatch(hub.self, peer); !why.empty()) throw ErrorException(Error{NetCode::Refused, why});
-  co_return peer;
 }
 
 }  // namespace troupe::net

@@ -41,9 +41,10 @@ inline constexpr std::uint64_t kMaxMessage = std::uint64_t(4) << 30;
 
 // The version of what troupe's links carry: the frames and messages after the handshake
 // (frames.hpp, head_link.hpp, the runtime's call messages) and a lane's layout (lane.hpp's
-// kLayout). Both ends of a link say theirs in the handshake, and a link between two versions is
-// refused, naming both, instead of one end misreading the other's bytes: a cluster runs one troupe
-// build. Raise it with any change to those bytes. Builds before the number said none (0).
+// kLayout). Both ends of a link say theirs in the handshake; the accepting end refuses a link
+// between two versions and tells the other why, naming both, instead of one end misreading the
+// other's bytes: a cluster runs one troupe build. Raise it with any change to those bytes. Builds
+// before the number said none (0); they refuse this build's identity as malformed.
 inline constexpr std::uint32_t kWireVersion = 1;
 
 // Who is at the other end, as it said in the handshake (authenticated: it holds the token).
