@@ -147,7 +147,7 @@ RuntimeConfig RuntimeConfig::from_args_and_env(int argc, const char* const* argv
 }
 
 Runtime init(int argc, char** argv) {
-  (void)detail::keep_tensor_memory();   // before any thread of the runtime allocates
+  detail::keep_tensor_memory();   // before any thread of the runtime allocates
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--troupe-worker") detail::run_worker(argv[i + 1]);   // never returns
   }

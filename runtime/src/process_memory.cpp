@@ -17,16 +17,10 @@ bool environment_sets(const char* variable, const char* tunable) {
 
 }  // namespace
 
-MallocSettings keep_tensor_memory() {
-  MallocSettings s;
-  if (!environment_sets("MALLOC_TRIM_THRESHOLD_", "glibc.malloc.trim_threshold")) {
-    s.trim_threshold = ::mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1;
-  }
-  if (!environment_sets("MALLOC_MMAP_THRESHOLD_", "glibc.malloc.mmap_threshold")) {
-    s.mmap_threshold = ::mallopt(M_MMAP_THRESHOLD, 64 << 20) == 1;
-  }
-  if (!environment_sets("MALLOC_TOP_PAD_", "glibc.malloc.top_pad")) s.top_pad = ::mallopt(M_TOP_PAD, 64 << 20) == 1;
-  return s;
+void keep_tensor_memory() {
+  if (!environment_sets("MALLOC_TRIM_THRESHOLD_", "glibc.malloc.trim_threshold")) ::mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  if (!environment_sets("MALLOC_MMAP_THRESHOLD_", "glibc.malloc.mmap_threshold")) ::mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  if (!environment_sets("MALLOC_TOP_PAD_", "glibc.malloc.top_pad")) ::mallopt(M_TOP_PAD, 64 << 20);
 }
 
 }  // namespace troupe::detail

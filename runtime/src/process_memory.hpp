@@ -23,12 +23,6 @@
 
 namespace troupe::detail {
 
-struct MallocSettings {
-  bool trim_threshold = false;   // which of the three this call set
-  bool mmap_threshold = false;
-  bool top_pad = false;
-};
-
-MallocSettings keep_tensor_memory();
+void keep_tensor_memory();
 
 }  // namespace troupe::detail
