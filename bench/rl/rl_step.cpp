@@ -106,7 +106,6 @@ class PlainRoles {
       }
       lap(out.seconds.reference);
       out.loss = batch ? train(*batch).loss : 0;
-      out.actor.train = train_seconds_;
     } else {
       // GRPO with beta 0 asks no reference (rl/src/grpo.cpp); PPO always does.
       const bool need_ref = config_.algo.name != "grpo" || config_.algo.kl_coef != 0;
@@ -115,8 +114,9 @@ class PlainRoles {
       std::optional<TensorView> values;
       if (critic_) values = critic_->head_values(actors::SequenceBatch{samples.tokens, samples.attn_mask}, "value");
       lap(out.seconds.reference);
-      out.loss = update(samples, ref, values, rewards, out.actor);
+      out.loss = update(samples, ref, values, rewards);
     }
+    out.actor.train = train_seconds_;
     lap(out.seconds.train);
     rollout_.update_weights(trainer_.weights());
     lap(out.seconds.sync);
@@ -138,14 +138,12 @@ class PlainRoles {
 
   // GRPO's or PPO's update, as its file in rl/src does it through the actors.
   double update(const actors::RolloutBatch& samples, const TensorView& ref, const std::optional<TensorView>& values,
-                const std::vector<actors::RewardResult>& rewards, rl::ActorTimes& actor) {
+                const std::vector<actors::RewardResult>& rewards) {
     const auto& c = config_;
     if (c.algo.name == "grpo") {
       std::vector<float> r;
       for (auto& x : rewards) r.push_back(x.reward);
-      const double loss = train(rl::grpo_batch(samples, ref, rl::group_advantages(r, c.algo.group_size), c)).loss;
-      actor.train = train_seconds_;
-      return loss;
+      return train(rl::grpo_batch(samples, ref, rl::group_advantages(r, c.algo.group_size), c)).loss;
     }
     const auto b = rl::ppo_batches(samples, ref, *values, rewards, c.algo.kl_coef, c);
     const std::int64_t n = samples.tokens.shape[0], rows = (n + c.algo.mini_batches - 1) / c.algo.mini_batches;
@@ -157,7 +155,6 @@ class PlainRoles {
         critic_->train_step(c.algo.mini_batches == 1 ? b.critic : rl::rows_of(b.critic, begin, k));
       }
     }
-    actor.train = train_seconds_;
     return loss;
   }
 
