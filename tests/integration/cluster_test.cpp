@@ -366,7 +366,7 @@ TEST_CASE("without an address, a process actor runs on an embedded head and node
 // each round faults its 20,480 pages in again (20,450 measured: blocks over the mmap threshold, a
 // mapping of their own each time, or a trimmed heap); with the thresholds but not the top pad,
 // the 16 MiB past its arena's first heap (4,353: the second heap unmapped once empty).
-TEST_CASE("an actor in a worker process reuses the memory it freed: its second allocation faults nothing in") {
+TEST_CASE("an actor in a worker process reuses the memory it freed: allocating it again faults in under a tenth of its pages") {
   test_support::TempDir dir("troupe-malloc");
   troupe::RuntimeConfig cfg;
   cfg.session_root = dir.path;
