@@ -286,6 +286,8 @@ asio::awaitable<void> LinkLoops::beat(std::shared_ptr<Link> link) {
   auto& m = *link->impl_;
   const auto& o = m.hub->opts;
   boost::system::error_code ec;
+  std::int64_t last_tick = now_ns();
+  bool waived = false;   // the last tick did not judge the silence (below)
   while (!link->closed()) {
     m.timer.expires_after(o.heartbeat / 2);
     co_await m.timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
@@ -303,8 +305,17 @@ asio::awaitable<void> LinkLoops::beat(std::shared_ptr<Link> link) {
       Lane::hand_off(m.lane);
     }
     const std::int64_t now = now_ns();
+    // A tick a heartbeat or more late: this io thread did not run meanwhile (its process was
+    // stopped, the machine paused or starved it). What the peer sent then may wait unread, and a
+    // peer in the same process (an embedded cluster's head, node and driver) sent nothing, having
+    // stopped too: this tick sends its heartbeat and leaves the silence to the next one, half a
+    // heartbeat on, by which time both ends' first ticks after the stall have been heard. Only one
+    // tick in a row is waived, so a peer frozen while this thread is starved is still found.
+    const bool late = std::chrono::nanoseconds(now - last_tick) >= o.heartbeat;
+    last_tick = now;
+    waived = late && !waived;
     const auto silence = std::chrono::nanoseconds(now - m.last_heard.load(std::memory_order_relaxed));
-    if (silence > o.silence_limit) {
+    if (!waived && silence > o.silence_limit) {
       {
         std::lock_guard lk(m.close_mu);
         m.frozen = true;

@@ -381,6 +381,43 @@ TEST_CASE("links: an idle link stays open on heartbeats, and a peer that falls s
   held.unlock();
 }
 
+TEST_CASE("links: both ends stopped together past the silence limit (one stopped process) keep their link") {
+  // An embedded cluster's head, node and driver are hubs of one process: stopped (SIGSTOP, a VM
+  // pause), none of them beats, and each finds the others silent when it resumes. Here both io
+  // threads stop for three silence limits at once, in handlers that wait on the server's gate.
+  net::LinkOptions fast;
+  fast.heartbeat = 40ms;
+  fast.silence_limit = 300ms;
+  Server server("secret", fast);
+  Inbox inbox;
+  net::LinkHub client("secret", net::self_identity("client"), fast);
+  auto link = client.connect(server.address, [&](net::Link& l, char kind, std::vector<char>& body) {
+    std::lock_guard g(server.gate);
+    inbox.on_message()(l, kind, body);
+  }, inbox.on_closed(), 5s);
+  REQUIRE(link != nullptr);
+  {
+    std::unique_lock held(server.gate);
+    REQUIRE(link->send('x', std::vector<char>{1}));   // the server's io thread stops in its handler
+    std::shared_ptr<net::Link> accepted;
+    for (auto until = std::chrono::steady_clock::now() + 5s; !accepted && std::chrono::steady_clock::now() < until;) {
+      std::lock_guard lk(server.mu);
+      if (!server.links.empty()) accepted = server.links.front();
+    }
+    REQUIRE(accepted != nullptr);
+    REQUIRE(accepted->send('y', std::vector<char>{2}));   // and the client's in its own
+    std::this_thread::sleep_for(900ms);
+  }
+  // Resumed: each end's first tick finds the other silent for 900 ms. Neither closes, and the link
+  // carries messages both ways.
+  CHECK_FALSE(inbox.wait_closed(500ms));
+  CHECK_FALSE(server.inbox.closed);
+  REQUIRE(link->send('z', std::vector<char>{3}));
+  CHECK(server.inbox.wait_messages(2, 5s));
+  CHECK(inbox.wait_messages(1, 5s));
+  CHECK_FALSE(inbox.closed);
+}
+
 TEST_CASE("links: a message of hundreds of megabytes does not starve the heartbeats of its link") {
   net::LinkOptions strict;
   strict.heartbeat = 20ms;
