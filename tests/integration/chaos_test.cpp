@@ -248,6 +248,26 @@ TEST_CASE("calls in flight at a worker's death are retried on the restarted acto
   CHECK(s.call(&Store::pid).get() != pid1);
 }
 
+TEST_CASE("kill -9 of the head: a driver's calls waiting for a restart fail, naming the head, and none hangs") {
+  itest::Cluster cluster;   // one daemon: the head, with its node
+  const auto daemons = cluster.daemon_pids();
+  REQUIRE(daemons.size() == 1);
+  auto rt = connect(cluster);   // calls time out after 30 s
+  // Retried on a restart: its calls wait for the head to place the actor again, and none will.
+  auto s = rt.spawn<Store>(troupe::Options{}.process(true).max_restarts(-1).max_retries(2), 0);
+  REQUIRE(s.ready().wait_for(30s));
+  auto busy = s.call(&Store::sleep_ms, 3000);
+  std::this_thread::sleep_for(200ms);
+  REQUIRE(::kill(daemons.front(), SIGKILL) == 0);   // its worker goes with it (it stops on the head's loss)
+  REQUIRE(busy.wait_for(10s));
+  REQUIRE_FALSE(busy.result().ok());
+  CHECK(busy.result().error().message.find("the link to the head ended") != std::string::npos);
+  auto later = s.call(&Store::get);
+  REQUIRE(later.wait_for(5s));
+  REQUIRE_FALSE(later.result().ok());
+  CHECK(later.result().error().message.find("the link to the head ended") != std::string::npos);
+}
+
 TEST_CASE("a daemon killed with -9 and another frozen with SIGSTOP are marked dead, and their actors move") {
   itest::Cluster cluster("CPU=4,spare=1");
   pid_t killed = cluster.add_node("CPU=1,victim_a=1,movable=1");

@@ -328,7 +328,10 @@ void ClusterClient::watch_loop() {
       continue;
     }
     json order = msg->kind == 0 ? json{{"kind", "head_lost"}, {"why", msg->body.value("why", std::string())}} : msg->body;
-    if (msg->kind == 0 && !stopping_) spdlog::warn("the link to the head ended: {}", order.value("why", ""));
+    if (msg->kind == 0 && !stopping_) {
+      spdlog::warn("the link to the head ended: {}", order.value("why", ""));
+      on_head_lost(order.value("why", ""));
+    }
     {
       std::lock_guard lk(order_mu_);
       if (on_order_) on_order_(order);
@@ -344,6 +347,9 @@ Future<void> ClusterClient::group_ready(std::uint64_t id) {
       if (it->second.state == "CREATED") return make_ready_future();
       if (it->second.state == "REMOVED") {
         return make_error_future<void>(Error{PlacementCode::NotFound, "placement group " + std::to_string(id) + " was removed"});
+      }
+      if (!head_gone_.empty()) {   // no head to create it (on_head_lost)
+        return make_error_future<void>(Error{ErrorCode::Unavailable, "placement group " + std::to_string(id) + " cannot be created: " + head_gone_});
       }
       Promise<void> p;
       it->second.waiting.push_back(p);
@@ -425,13 +431,44 @@ void ClusterClient::apply(const json& a) {
   cell->set_ready();
 }
 
+void ClusterClient::on_head_lost(const std::string& why) {
+  std::vector<std::shared_ptr<detail::ActorCell>> stranded;
+  std::vector<std::pair<std::uint64_t, Promise<void>>> groups;
+  std::string gone;
+  {
+    std::lock_guard lk(mu_);
+    head_gone_ = "the link to the head ended" + (why.empty() ? std::string() : " (" + why + ")");
+    gone = head_gone_;
+    for (auto& [id, weak] : cells_) {   // unbound, or bound to a link that ended (on_link_lost may not have run)
+      auto cell = weak.lock();
+      if (!cell || cell->dead()) continue;
+      const auto route = cell->route();
+      const auto* on = dynamic_cast<const LinkRoute*>(route.get());
+      if (!route || (on != nullptr && on->link()->closed())) stranded.push_back(std::move(cell));
+    }
+    unlinked_.clear();
+    for (auto& [id, g] : groups_) {
+      for (auto& p : g.waiting) groups.emplace_back(id, std::move(p));
+      g.waiting.clear();
+    }
+  }
+  for (auto& cell : stranded) {
+    cell->mark_failed(Error{ErrorCode::Unavailable, cell->label() + " cannot be placed, restarted or linked: " + gone});
+  }
+  for (auto& [id, p] : groups) {
+    p.set_error(Error{ErrorCode::Unavailable, "placement group " + std::to_string(id) + " cannot be created: " + gone});
+  }
+}
+
 void ClusterClient::on_link_lost(const net::Link& link, net::LinkEnd end, const std::string& why) {
   if (end == net::LinkEnd::Closed) return;   // closed here: stopping, or a spare
   std::vector<std::pair<std::shared_ptr<detail::ActorCell>, std::uint64_t>> lost;
   std::vector<std::weak_ptr<detail::ActorCell>> bound;
+  std::string head_gone;
   {
     std::lock_guard lk(mu_);
     if (stopping_) return;
+    head_gone = head_gone_;
     for (auto& [id, weak] : cells_) {
       auto cell = weak.lock();
       if (!cell) continue;
@@ -441,6 +478,13 @@ void ClusterClient::on_link_lost(const net::Link& link, net::LinkEnd end, const 
       lost.push_back({cell, on->incarnation()});
       bound.push_back(cell);
     }
+  }
+  if (!head_gone.empty()) {   // no head to restart them or to say where they run: gone for this process
+    for (auto& [cell, incarnation] : lost) {
+      if (end == net::LinkEnd::Exited) cell->mark_dead("lost its worker process (" + why + "); no restart: " + head_gone);
+      else cell->mark_failed(Error{ErrorCode::Unavailable, cell->label() + " lost its worker's link (" + why + "); not linked again: " + head_gone});
+    }
+    return;
   }
   if (end == net::LinkEnd::Exited || end == net::LinkEnd::Frozen) {   // dead: ActorDied, or retried at the restart
     for (auto& [cell, incarnation] : lost) cell->unbind(incarnation, "lost its worker process: " + why);

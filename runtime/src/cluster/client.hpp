@@ -98,6 +98,13 @@ class ClusterClient {
 
   // A link to a worker ended (on the io thread): its actors' calls learn what that means.
   void on_link_lost(const net::Link& link, net::LinkEnd end, const std::string& why);
+  // The link to the head ended (on the watcher thread). Nothing places, restarts or links an
+  // actor again for this process (it does not link to a head anew): an actor of the cluster not
+  // bound to a live worker now never will be, so its calls fail (Unavailable, naming the loss)
+  // rather than wait for a restart, and so do the waits for placement groups not yet created.
+  // Actors whose workers are linked keep answering; one whose link ends later fails at once
+  // (on_link_lost).
+  void on_head_lost(const std::string& why);
 
  private:
   std::shared_ptr<detail::ActorCell> make_cell(std::uint64_t id, const std::string& type, const std::string& name,
@@ -119,6 +126,7 @@ class ClusterClient {
   // before the spawn reply was read), and a cell made later starts from it.
   std::map<std::uint64_t, nlohmann::json> latest_;
   std::set<std::uint64_t> unlinked_;   // alive, but their worker could not be linked yet
+  std::string head_gone_;              // how the link to the head ended; empty while it lasts
   std::condition_variable directory_cv_;   // an entry of latest_ changed
   struct GroupWatch {
     std::string state;                    // as last pushed (or seeded); "" while unknown
