@@ -309,64 +309,77 @@ int main(int argc, char** argv) {
   app.add_option("--blas-threads", blas,
                  "OpenBLAS threads for every algorithm (placement.blas_threads; default 1; 0: the default pool); -1: each its own (ppo 1)");
   CLI11_PARSE(app, argc, argv);
+  {
+    std::stringstream names(algorithms);
+    for (std::string name; std::getline(names, name, ',');) {
+      if (name != "grpo" && name != "ppo" && name != "dpo" && name != "reward_model") {
+        std::cerr << "rl_step: unknown algorithm '" << name << "' (grpo, ppo, dpo, reward_model)\n";
+        return 2;
+      }
+    }
+  }
 
   auto demo = rl::RunConfig::demo();
   const std::string dir = (std::filesystem::temp_directory_path() / ("troupe_bench_rl_step-" + std::to_string(::getpid()))).string();
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  const std::string sft = dir + "/sft.safetensors";
-  {   // the shared start: the demo's SFT warm start, shortened
-    const auto task = rl::make_task(demo.task.spec);
-    const actors::CharTokenizer tok(task->alphabet());
-    actors::PolicyConfig policy = demo.model.policy;
-    policy.vocab_size = tok.vocab_size();
-    policy.seed = demo.run.seed;
-    actors::Trainer trainer(actors::TrainerConfig{policy, demo.algo.sft.optim, demo.placement.trainer_threads});
-    const auto data = rl::Dataset::make(*task, demo.task.train_size, demo.task.heldout_size, demo.run.seed, demo.task.heldout_kind_share);
-    rl::DataCursor cursor{demo.run.seed ^ 0x5f7, 0, 0};
-    for (int i = 0; i < sft_steps; ++i) trainer.train_step(rl::sft_batch(cursor.next(data.train, std::size_t(demo.algo.sft.batch_size)), tok));
-    trainer.save_weights(sft);
-  }
-  nlohmann::ordered_json out;
-  out["bench"] = "rl_step";
-  out["config"] = {{"task", demo.task.spec}, {"layers", demo.model.policy.layers}, {"d_model", demo.model.policy.d_model},
-                   {"prompts_per_step", demo.algo.prompts_per_step}, {"group_size", demo.algo.group_size}, {"rm_pairs_per_step", rm_pairs},
-                   {"threads_per_actor", demo.placement.trainer_threads}, {"sft_steps", sft_steps}, {"steps", steps}};
-  std::stringstream list(algorithms);
-  for (std::string name; std::getline(list, name, ',');) {
-    if (name == "reward_model") {
-      rl::RunConfig c = demo;
-      if (blas >= 0) c.placement.blas_threads = blas;
-      out[name] = bench_reward_model(rt, c, sft, warmup, steps, rm_pairs);
-      continue;
+  try {   // an actor that died, a worker that could not start: said, with the status, not an abort
+    const std::string sft = dir + "/sft.safetensors";
+    {   // the shared start: the demo's SFT warm start, shortened
+      const auto task = rl::make_task(demo.task.spec);
+      const actors::CharTokenizer tok(task->alphabet());
+      actors::PolicyConfig policy = demo.model.policy;
+      policy.vocab_size = tok.vocab_size();
+      policy.seed = demo.run.seed;
+      actors::Trainer trainer(actors::TrainerConfig{policy, demo.algo.sft.optim, demo.placement.trainer_threads});
+      const auto data = rl::Dataset::make(*task, demo.task.train_size, demo.task.heldout_size, demo.run.seed, demo.task.heldout_kind_share);
+      rl::DataCursor cursor{demo.run.seed ^ 0x5f7, 0, 0};
+      for (int i = 0; i < sft_steps; ++i) trainer.train_step(rl::sft_batch(cursor.next(data.train, std::size_t(demo.algo.sft.batch_size)), tok));
+      trainer.save_weights(sft);
     }
-    rl::RunConfig c = demo;
-    c.algo.kl_coef = 0.04;   // GRPO keeps the reference in its step, as in this bench's figures before the demo dropped it
-    if (name == "ppo" || name == "dpo") {   // build/bin/ppo's and build/bin/dpo's settings (examples/)
-      c.algo.name = name;
-      if (name == "ppo") {
-        c.algo.kl_coef = 0.02, c.algo.updates_per_batch = 2, c.algo.mini_batches = 2, c.algo.optim.lr = 5e-4;
-        c.algo.critic_optim.lr = 1e-3, c.algo.critic_optim.warmup_steps = 20, c.placement.blas_threads = 1;
+    nlohmann::ordered_json out;
+    out["bench"] = "rl_step";
+    out["config"] = {{"task", demo.task.spec}, {"layers", demo.model.policy.layers}, {"d_model", demo.model.policy.d_model},
+                     {"prompts_per_step", demo.algo.prompts_per_step}, {"group_size", demo.algo.group_size}, {"rm_pairs_per_step", rm_pairs},
+                     {"threads_per_actor", demo.placement.trainer_threads}, {"sft_steps", sft_steps}, {"steps", steps}};
+    std::stringstream list(algorithms);
+    for (std::string name; std::getline(list, name, ',');) {
+      if (name == "reward_model") {
+        rl::RunConfig c = demo;
+        if (blas >= 0) c.placement.blas_threads = blas;
+        out[name] = bench_reward_model(rt, c, sft, warmup, steps, rm_pairs);
+        continue;
       }
-    } else if (name != "grpo") {
-      std::cerr << "rl_step: unknown algorithm '" << name << "' (grpo, ppo, dpo, reward_model)\n";
-      return 2;
+      rl::RunConfig c = demo;
+      c.algo.kl_coef = 0.04;   // GRPO keeps the reference in its step, as in this bench's figures before the demo dropped it
+      if (name == "ppo" || name == "dpo") {   // build/bin/ppo's and build/bin/dpo's settings (examples/)
+        c.algo.name = name;
+        if (name == "ppo") {
+          c.algo.kl_coef = 0.02, c.algo.updates_per_batch = 2, c.algo.mini_batches = 2, c.algo.optim.lr = 5e-4;
+          c.algo.critic_optim.lr = 1e-3, c.algo.critic_optim.warmup_steps = 20, c.placement.blas_threads = 1;
+        }
+      }
+      if (blas >= 0) c.placement.blas_threads = blas;
+      c.model.init_weights = sft;
+      c.algo.sft.steps = 0;
+      c.run.verbose = false;
+      c.run.run_dir = dir + "/" + name;
+      out[name] = bench_algorithm(rt, c, sft, warmup, steps);
     }
-    if (blas >= 0) c.placement.blas_threads = blas;
-    c.model.init_weights = sft;
-    c.algo.sft.steps = 0;
-    c.run.verbose = false;
-    c.run.run_dir = dir + "/" + name;
-    out[name] = bench_algorithm(rt, c, sft, warmup, steps);
+    if (out.contains("grpo")) {
+      out["troupe"] = out["grpo"]["in_process"];
+      out["plain"] = out["grpo"]["plain"];
+      out["overhead_ratio"] = out["grpo"]["overhead_ratio"];
+      out["median_overhead_ratio"] = out["grpo"]["median_overhead_ratio"];
+      out["same_math"] = out["grpo"]["same_math"];
+    }
+    std::filesystem::remove_all(dir);
+    std::cout << out.dump() << std::endl;
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "rl_step: " << e.what() << "\n";
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    return 1;
   }
-  if (out.contains("grpo")) {
-    out["troupe"] = out["grpo"]["in_process"];
-    out["plain"] = out["grpo"]["plain"];
-    out["overhead_ratio"] = out["grpo"]["overhead_ratio"];
-    out["median_overhead_ratio"] = out["grpo"]["median_overhead_ratio"];
-    out["same_math"] = out["grpo"]["same_math"];
-  }
-  std::filesystem::remove_all(dir);
-  std::cout << out.dump() << std::endl;
-  return 0;
 }
