@@ -385,9 +385,10 @@ TEST_CASE("links: both ends stopped together past the silence limit (one stopped
   // An embedded cluster's head, node and driver are hubs of one process: stopped (SIGSTOP, a VM
   // pause), none of them beats, and each finds the others silent when it resumes. Here both io
   // threads stop for three silence limits at once, in handlers that wait on the server's gate.
+  // A heartbeat of 100 ms gives each end 50 ms after the resumption to be heard by the other.
   net::LinkOptions fast;
-  fast.heartbeat = 40ms;
-  fast.silence_limit = 300ms;
+  fast.heartbeat = 100ms;
+  fast.silence_limit = 500ms;
   Server server("secret", fast);
   Inbox inbox;
   net::LinkHub client("secret", net::self_identity("client"), fast);
@@ -401,16 +402,19 @@ TEST_CASE("links: both ends stopped together past the silence limit (one stopped
     REQUIRE(link->send('x', std::vector<char>{1}));   // the server's io thread stops in its handler
     std::shared_ptr<net::Link> accepted;
     for (auto until = std::chrono::steady_clock::now() + 5s; !accepted && std::chrono::steady_clock::now() < until;) {
-      std::lock_guard lk(server.mu);
-      if (!server.links.empty()) accepted = server.links.front();
+      {
+        std::lock_guard lk(server.mu);
+        if (!server.links.empty()) accepted = server.links.front();
+      }
+      std::this_thread::sleep_for(1ms);
     }
     REQUIRE(accepted != nullptr);
     REQUIRE(accepted->send('y', std::vector<char>{2}));   // and the client's in its own
-    std::this_thread::sleep_for(900ms);
+    std::this_thread::sleep_for(1500ms);
   }
-  // Resumed: each end's first tick finds the other silent for 900 ms. Neither closes, and the link
+  // Resumed: each end's first tick finds the other silent for 1.5 s. Neither closes, and the link
   // carries messages both ways.
-  CHECK_FALSE(inbox.wait_closed(500ms));
+  CHECK_FALSE(inbox.wait_closed(1s));
   CHECK_FALSE(server.inbox.closed);
   REQUIRE(link->send('z', std::vector<char>{3}));
   CHECK(server.inbox.wait_messages(2, 5s));
