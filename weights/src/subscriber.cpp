@@ -252,9 +252,21 @@ WeightSetPtr WeightSubscriber::pull_from(const ActorRef<WeightStore>& source, st
   me.map = opts_.map_shared;
   me.device_uuid = device_uuid_;
   if (!opts_.allow_local) me.nonce = 0;   // never taken for the store's own process
-  auto reply = source.with_timeout(opts_.timeout)
-                   .call(&WeightStore::manifest, version, pull_id, me, have ? have->version() : 0)
-                   .result();
+  // A store of this process (a colocated trainer's) is asked with call_sync: when it is idle its
+  // manifest, a method that waits for nothing, runs on this thread, with no hand-over to the
+  // store's thread and no wake-up, which were most of a colocated pull's cost. One in another
+  // process is asked under the deadline.
+  const std::uint64_t have_version = have ? have->version() : 0;
+  Result<WeightManifest> reply = Error{ErrorCode::Unavailable, "not asked"};
+  if (source.cell() != nullptr && !detail::cell_remote(*source.cell())) {
+    try {
+      reply = source.call_sync(&WeightStore::manifest, version, pull_id, me, have_version);
+    } catch (const ErrorException& e) {
+      reply = e.error();
+    }
+  } else {
+    reply = source.with_timeout(opts_.timeout).call(&WeightStore::manifest, version, pull_id, me, have_version).result();
+  }
   if (!reply.ok()) {
     const auto& err = reply.error();
     // The store's own NotFound (a nested call's failure would arrive as MethodFailed).
