@@ -257,16 +257,16 @@ WeightSetPtr WeightSubscriber::pull_from(const ActorRef<WeightStore>& source, st
   // store's thread and no wake-up, which were most of a colocated pull's cost. One in another
   // process is asked under the deadline.
   const std::uint64_t have_version = have ? have->version() : 0;
-  Result<WeightManifest> reply = Error{ErrorCode::Unavailable, "not asked"};
-  if (source.cell() != nullptr && !detail::cell_remote(*source.cell())) {
+  auto ask = [&]() -> Result<WeightManifest> {
+    if (source.cell() == nullptr || detail::cell_remote(*source.cell()))
+      return source.with_timeout(opts_.timeout).call(&WeightStore::manifest, version, pull_id, me, have_version).result();
     try {
-      reply = source.call_sync(&WeightStore::manifest, version, pull_id, me, have_version);
+      return source.call_sync(&WeightStore::manifest, version, pull_id, me, have_version);
     } catch (const ErrorException& e) {
-      reply = e.error();
+      return e.error();
     }
-  } else {
-    reply = source.with_timeout(opts_.timeout).call(&WeightStore::manifest, version, pull_id, me, have_version).result();
-  }
+  };
+  auto reply = ask();
   if (!reply.ok()) {
     const auto& err = reply.error();
     // The store's own NotFound (a nested call's failure would arrive as MethodFailed).
