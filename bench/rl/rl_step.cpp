@@ -32,6 +32,8 @@
 #include <iostream>
 #include <optional>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include <unistd.h>
 
@@ -309,14 +311,14 @@ int main(int argc, char** argv) {
   app.add_option("--blas-threads", blas,
                  "OpenBLAS threads for every algorithm (placement.blas_threads; default 1; 0: the default pool); -1: each its own (ppo 1)");
   CLI11_PARSE(app, argc, argv);
-  {
-    std::stringstream names(algorithms);
-    for (std::string name; std::getline(names, name, ',');) {
-      if (name != "grpo" && name != "ppo" && name != "dpo" && name != "reward_model") {
-        std::cerr << "rl_step: unknown algorithm '" << name << "' (grpo, ppo, dpo, reward_model)\n";
-        return 2;
-      }
+  std::vector<std::string> names;
+  std::stringstream list(algorithms);
+  for (std::string name; std::getline(list, name, ',');) {
+    if (name != "grpo" && name != "ppo" && name != "dpo" && name != "reward_model") {
+      std::cerr << "rl_step: unknown algorithm '" << name << "' (grpo, ppo, dpo, reward_model)\n";
+      return 2;
     }
+    names.push_back(name);
   }
 
   auto demo = rl::RunConfig::demo();
@@ -342,8 +344,7 @@ int main(int argc, char** argv) {
     out["config"] = {{"task", demo.task.spec}, {"layers", demo.model.policy.layers}, {"d_model", demo.model.policy.d_model},
                      {"prompts_per_step", demo.algo.prompts_per_step}, {"group_size", demo.algo.group_size}, {"rm_pairs_per_step", rm_pairs},
                      {"threads_per_actor", demo.placement.trainer_threads}, {"sft_steps", sft_steps}, {"steps", steps}};
-    std::stringstream list(algorithms);
-    for (std::string name; std::getline(list, name, ',');) {
+    for (const auto& name : names) {
       if (name == "reward_model") {
         rl::RunConfig c = demo;
         if (blas >= 0) c.placement.blas_threads = blas;
