@@ -139,6 +139,14 @@ bool closed_by_peer(int fd, std::chrono::seconds t = 5s) {
   }
 }
 
+// A heartbeat every `heartbeat`; a link that hears nothing for `silence` closes as frozen.
+net::LinkOptions beating(std::chrono::milliseconds heartbeat, std::chrono::milliseconds silence) {
+  net::LinkOptions o;
+  o.heartbeat = heartbeat;
+  o.silence_limit = silence;
+  return o;
+}
+
 std::vector<char> pattern(std::size_t n, unsigned seed) {
   std::vector<char> v(n);
   std::mt19937 rng(seed);
@@ -214,9 +222,7 @@ TEST_CASE("links: both ends prove the token, and messages of any size arrive who
 TEST_CASE("links: batched messages leave in order with the others, and none is left in an outbox") {
   // No heartbeats within the test: a message left in an outbox would stay there (a heartbeat
   // wakes the io thread, which would write it on its next look).
-  net::LinkOptions quiet;
-  quiet.heartbeat = 60s;
-  quiet.silence_limit = 120s;
+  const auto quiet = beating(60s, 120s);
   Server server("secret", quiet);
   Client client(server, quiet);
   auto& link = client.link;
@@ -361,9 +367,7 @@ TEST_CASE("links: a peer of another wire version is refused either way round, th
 }
 
 TEST_CASE("links: an idle link stays open on heartbeats, and a peer that falls silent is closed as frozen") {
-  net::LinkOptions fast;
-  fast.heartbeat = 40ms;
-  fast.silence_limit = 300ms;
+  const auto fast = beating(40ms, 300ms);
   Server server("secret", fast);
   Inbox inbox;
   net::LinkHub client("secret", net::self_identity("client"), fast);
@@ -386,9 +390,7 @@ TEST_CASE("links: both ends stopped together past the silence limit (one stopped
   // pause), none of them beats, and each finds the others silent when it resumes. Here both io
   // threads stop for three silence limits at once, in handlers that wait on the server's gate.
   // A heartbeat of 100 ms gives each end 50 ms after the resumption to be heard by the other.
-  net::LinkOptions fast;
-  fast.heartbeat = 100ms;
-  fast.silence_limit = 500ms;
+  const auto fast = beating(100ms, 500ms);
   Server server("secret", fast);
   Inbox inbox;
   net::LinkHub client("secret", net::self_identity("client"), fast);
@@ -423,9 +425,7 @@ TEST_CASE("links: both ends stopped together past the silence limit (one stopped
 }
 
 TEST_CASE("links: a message of hundreds of megabytes does not starve the heartbeats of its link") {
-  net::LinkOptions strict;
-  strict.heartbeat = 20ms;
-  strict.silence_limit = 150ms;   // far less than the transfer takes
+  const auto strict = beating(20ms, 150ms);   // a silence far shorter than the transfer takes
   Server server("secret", strict);
   Inbox inbox;
   net::LinkHub client("secret", net::self_identity("client"), strict);
