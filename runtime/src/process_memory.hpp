@@ -3,7 +3,8 @@
 //
 // Actors allocate and free the same large tensors every step, on their own threads. With glibc's
 // defaults that memory goes back to the kernel between steps and comes back as fresh pages, each
-// a page fault (~5-15 us on a VM with page-table isolation, 2026-12-04). Three settings keep it:
+// a page fault (~5-15 us on this project's PVM guests, where each fault goes through the host;
+// 2026-12-04). Three settings keep it:
 //   - freed memory kept up to 1 GiB at a heap's top (M_TRIM_THRESHOLD; glibc's default trims at
 //     128 KiB: the rollout's tensors cost ~10 ms of a 60 ms phase in faults, measured earlier);
 //   - blocks under 64 MiB from the heap, not a mapping of their own (M_MMAP_THRESHOLD);
