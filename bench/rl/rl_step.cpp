@@ -7,7 +7,8 @@
 //               msgpack-encoded; Run's calls are call_sync, so an idle actor's method runs on the
 //               driver's thread (runtime/include/troupe/actor_ref.hpp);
 //   workers     the same with worker processes (placement.worker_processes: trainer and rollout
-//               colocated in one worker, the reference, the reward and PPO's critic in their own);
+//               colocated in one worker with the reference, PPO's critic in its own, the rule verifier
+//               in the driver's process: rl/include/troupe/rl/run.hpp, PlacementConfig);
 //   plain       the same actor classes as plain objects, called directly in one thread with the same
 //               math (the algorithms' batch builders, algorithms.hpp): one plain libtorch loop.
 // PPO runs with build/bin/ppo's settings. Every algorithm runs with OpenBLAS at one thread

@@ -305,7 +305,9 @@ ConfigSchema run_config_schema(RunConfig& c) {
   s.add("run.stop_after", &c.run.stop_after, ">= 0: checkpoint and stop after this many steps");
   s.add("run.verbose", &c.run.verbose, "progress on stderr");
   s.add("placement.worker_processes", &c.placement.worker_processes,
-        "trainer and rollout colocated in one worker process, reference and reward in their own");
+        "trainer, rollout and reference in one worker process, a critic or reward model in one each, the rule verifier in the driver's");
+  s.add("placement.verifier_process", &c.placement.verifier_process,
+        "with worker_processes: the rule verifier in a worker process of its own");
   s.add("placement.rollouts", &c.placement.rollouts,
         "rollout engines MIN:MAX: engine 0 beside the trainer, the others an elastic group in worker processes");
   s.add("placement.trainer_threads", &c.placement.trainer_threads, "libtorch intra-op threads of the trainer");

@@ -202,21 +202,24 @@ void Run::spawn_actors() {
   reward_backend_ = make_reward_backend(*this, config_.algo.reward);   // first: a refused spec spawns nothing
   const PlacementConfig& place = config_.placement;
   const actors::PolicyConfig& policy = config_.model.policy;
-  Options trainer = Options{}.name("trainer"), rollout = Options{}.name("rollout"), weights = Options{}.name("weights");
-  if (place.worker_processes) {
-    const int cpus = std::max(place.trainer_threads, place.rollout_threads);
+  Options trainer = Options{}.name("trainer"), rollout = Options{}.name("rollout"), weights = Options{}.name("weights"),
+          reference = Options{}.name("reference");
+  if (place.worker_processes) {   // the layout PlacementConfig::worker_processes describes
+    const int cpus = std::max({place.trainer_threads, place.rollout_threads, place.reference_threads});
     group_ = rt_.placement_group({"CPU=" + std::to_string(cpus)}, "PACK", "grpo");
     if (!group_->ready(std::chrono::seconds(60))) throw std::runtime_error("no node has room for the trainer's bundle");
     trainer.bundle(*group_, 0, /*colocate=*/true);
     rollout.bundle(*group_, 0, /*colocate=*/true);
     weights.bundle(*group_, 0, /*colocate=*/true);   // with the trainer: publishing is one copy, pulling none
+    reference.bundle(*group_, 0, /*colocate=*/true);
   }
+  const Options verifier = place.verifier_process ? role_options("reward") : Options{}.name("reward");
   trainer_ = rt_.spawn<actors::Trainer>(trainer, actors::TrainerConfig{policy, config_.algo.sft.optim, place.trainer_threads, place.blas_threads});
   const actors::RolloutConfig engine{policy, place.rollout_threads, true, place.blas_threads};
   rollout_ = rt_.spawn<actors::RolloutEngine>(rollout, engine);
-  reference_ = rt_.spawn<actors::Reference>(role_options("reference"),
+  reference_ = rt_.spawn<actors::Reference>(reference,
                                             actors::ReferenceConfig{policy, "", place.reference_threads, place.blas_threads});
-  reward_ = rt_.spawn<actors::Reward>(role_options("reward"), actors::RewardConfig{task_->verifier(), 0.0f});
+  reward_ = rt_.spawn<actors::Reward>(verifier, actors::RewardConfig{task_->verifier(), 0.0f});
   weights_ = rt_.spawn<WeightStore>(weights);
   // Engines 1.. run in worker processes of their own wherever the head finds room.
   const Options member = Options{}.process(true).cpus(place.rollout_threads);

@@ -6,6 +6,9 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
 #include <functional>
 #include <optional>
 #include <set>
@@ -317,21 +320,78 @@ TEST_CASE("PPO's adaptive KL controller moves beta by the sampled KL, and offlin
   }
 }
 
+namespace {
+
+// The worker processes of this process's embedded node now: its children started with
+// --troupe-worker (a worker of an earlier test that is still exiting is a zombie, left out).
+std::set<int> worker_children() {
+  std::set<int> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const auto close = line.rfind(')');   // "pid (comm) state ppid ...": comm may hold anything
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 1));
+    char state = 0;
+    int ppid = 0;
+    if (!(rest >> state >> ppid) || ppid != ::getpid() || state == 'Z') continue;
+    std::ifstream cmd(e.path() / "cmdline");
+    const std::string args{std::istreambuf_iterator<char>(cmd), std::istreambuf_iterator<char>()};
+    if (args.find("--troupe-worker") != std::string::npos) out.insert(std::stoi(name));
+  }
+  return out;
+}
+
+}  // namespace
+
 TEST_CASE("a program's own objective (TROUPE_OBJECTIVE, objectives_test.cpp) trains in the trainer's worker process") {
   auto rt = troupe::Runtime::create().value();   // the embedded head and node start the workers: this binary
   auto config = tiny("troupe_user_objective");
   config.algo.steps = 2;
   config.algo.sft.steps = 5;
   config.algo.objective = "test_marked_grpo";
+  config.algo.kl_coef = 0.04;   // the reference scores every step
   config.placement.worker_processes = true;
+  const auto before = worker_children();
   Run run(rt, config);
   run.warm_start();
+  StepRecord rec;
   for (int s = 0; s < config.algo.steps; ++s) {
-    const auto rec = run.step();
+    rec = run.step();
     REQUIRE(rec.values.count("test_marker") == 1);
     CHECK(rec.values.at("test_marker") == 7.0);
     CHECK(rec.values.at("test_pid") != double(::getpid()));   // computed in another process
   }
+  CHECK(rec.kl != 0);   // the reference's logprobs reached the objective (the policy has moved from them)
+  // The layout PlacementConfig::worker_processes describes: trainer, rollout and reference in one
+  // worker (the trainer's, whose pid the objective reported), the rule verifier in this process.
+  std::set<int> started;
+  for (int pid : worker_children())
+    if (before.count(pid) == 0) started.insert(pid);
+  CHECK(started.size() == 1);
+  CHECK(started.count(int(rec.values.at("test_pid"))) == 1);
+  std::filesystem::remove_all(config.run.run_dir);
+}
+
+TEST_CASE("placement.verifier_process puts the rule verifier in a worker process of its own") {
+  auto rt = troupe::Runtime::create().value();
+  auto config = tiny("troupe_verifier_process");
+  config.algo.steps = 1;
+  config.algo.sft.steps = 5;
+  config.placement.worker_processes = true;
+  config.placement.verifier_process = true;
+  const auto before = worker_children();
+  Run run(rt, config);
+  run.warm_start();
+  const auto rec = run.step();
+  CHECK(rec.reward_mean >= 0);   // the verifier answered from its worker
+  std::set<int> started;
+  for (int pid : worker_children())
+    if (before.count(pid) == 0) started.insert(pid);
+  CHECK(started.size() == 2);   // the trainer's and the verifier's
   std::filesystem::remove_all(config.run.run_dir);
 }
 
