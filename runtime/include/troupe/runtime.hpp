@@ -145,10 +145,10 @@ class Runtime {
   std::unique_ptr<detail::RuntimeImpl> impl_;
 };
 
-// Builds a Runtime from argv and the environment. On a bad flag or variable, or with --address
-// when the head cannot be reached or refuses (a wrong token), it prints the reason to stderr and
-// exits with status 2. In a worker process (started by a node daemon with
-// --troupe-worker) it runs the worker loop instead and never returns.
+// Builds a Runtime from argv and the environment, first setting malloc for tensor work (freed memory
+// kept, a 64 MiB top pad: runtime/src/process_memory.hpp). On a bad flag or variable, or with --address
+// when the head cannot be reached or refuses (a wrong token), it prints the reason to stderr and exits
+// with status 2. In a worker process (--troupe-worker) it runs the worker loop and never returns.
 Runtime init(int argc, char** argv);
 
 template <class T, class... A>
