@@ -61,7 +61,7 @@ troupe::rl::RunConfig parse(int argc, char** argv) {
   auto* threads_flag = app.add_option("--threads", threads, "libtorch intra-op threads of each compute actor");
   app.add_option("--run-dir", c.run.run_dir, "output directory (metrics, plot, checkpoints)");
   app.add_flag("--worker-processes", c.placement.worker_processes,
-               "trainer, rollout and reference colocated in one worker process (the rule verifier stays here)");
+               "trainer, rollout and reference colocated in one worker process (the rule verifier stays in this one)");
   app.add_option("--rollouts", c.placement.rollouts,
                  "rollout engines MIN:MAX (default 1:1): engine 0 beside the trainer, the others an elastic group of "
                  "worker processes that grows and shrinks with the cluster; the samples do not depend on it");

@@ -169,6 +169,8 @@ class PlainRoles {
   double train_seconds_ = 0;   // inside train steps, this step
 };
 
+// One way's timed steps as the benches print them: step_ms and median_step_ms, tokens_per_s, the
+// mean split per phase (split_ms) and the time inside the actors' methods (actor_ms).
 inline nlohmann::ordered_json summarise(const std::vector<Sample>& samples) {
   rl::StepTimes mean;
   rl::ActorTimes actor;
