@@ -16,13 +16,10 @@
 // same_math (the three took the same steps, bit for bit).
 #include <condition_variable>
 #include <exception>
-#include <filesystem>
 #include <iostream>
 #include <mutex>
-#include <sstream>
 #include <thread>
-
-#include <unistd.h>
+#include <utility>
 
 #include <CLI/CLI.hpp>
 
@@ -110,10 +107,6 @@ class ThreadPerRole final : public PhaseRunner {
   PhaseThread rollout_, reference_, trainer_, critic_;
 };
 
-double ratio(const nlohmann::ordered_json& a, const nlohmann::ordered_json& b, const char* key) {
-  return std::round(a[key].get<double>() / b[key].get<double>() * 1000) / 1000;
-}
-
 nlohmann::ordered_json bench_algorithm(rl::RunConfig c, const std::string& sft, int warmup, int steps) {
   c.model.policy.vocab_size = actors::CharTokenizer(rl::make_task(c.task.spec)->alphabet()).vocab_size();   // as rl::Run resolves them
   c.model.policy.seed = c.run.seed;
@@ -164,20 +157,16 @@ int main(int argc, char** argv) {
   app.add_option("--blas-threads", blas, "OpenBLAS threads (placement.blas_threads; default 1); -1: each algorithm's own");
   CLI11_PARSE(app, argc, argv);
   std::vector<std::string> names;
-  std::stringstream list(algorithms);
-  for (std::string name; std::getline(list, name, ',');) {
-    if (name != "grpo" && name != "ppo" && name != "dpo") {
-      std::cerr << "phase_threads: unknown algorithm '" << name << "' (grpo, ppo, dpo)\n";
-      return 2;
-    }
-    names.push_back(name);
+  try {
+    names = algorithm_names(algorithms, {"grpo", "ppo", "dpo"});
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "phase_threads: " << e.what() << "\n";
+    return 2;
   }
   const auto demo = rl::RunConfig::demo();
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / ("troupe_bench_phase_threads-" + std::to_string(::getpid()))).string();
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
   try {
+    const ScratchDir scratch("phase_threads");
+    const std::string& dir = scratch.path();
     const std::string sft = dir + "/sft.safetensors";
     save_sft_start(demo, sft_steps, sft);
     nlohmann::ordered_json out;
@@ -185,13 +174,10 @@ int main(int argc, char** argv) {
     out["config"] = {{"task", demo.task.spec}, {"prompts_per_step", demo.algo.prompts_per_step}, {"group_size", demo.algo.group_size},
                      {"sft_steps", sft_steps}, {"steps", steps}};
     for (const auto& name : names) out[name] = bench_algorithm(bench_config(demo, name, blas, sft, dir + "/" + name), sft, warmup, steps);
-    std::filesystem::remove_all(dir);
     std::cout << out.dump() << std::endl;
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "phase_threads: " << e.what() << "\n";
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
     return 1;
   }
 }

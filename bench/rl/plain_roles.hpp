@@ -4,13 +4,19 @@
 // way are summarised. Bench code, included by those two programs only.
 #pragma once
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <sstream>
+#include <stdexcept>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -196,6 +202,48 @@ inline nlohmann::ordered_json summarise(const std::vector<Sample>& samples) {
   return j;
 }
 
+
+// a's `key` over b's, to three decimals: a way's overhead ratio.
+inline double ratio(const nlohmann::ordered_json& a, const nlohmann::ordered_json& b, const char* key) {
+  return std::round(a[key].get<double>() / b[key].get<double>() * 1000) / 1000;
+}
+
+// The comma-separated names of `list`, each one of `known`; throws std::invalid_argument naming an
+// unknown one and the known ones.
+inline std::vector<std::string> algorithm_names(const std::string& list, const std::vector<std::string>& known) {
+  std::vector<std::string> names;
+  std::stringstream in(list);
+  for (std::string name; std::getline(in, name, ',');) {
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      std::string all;
+      for (const auto& k : known) all += (all.empty() ? "" : ", ") + k;
+      throw std::invalid_argument("unknown algorithm '" + name + "' (" + all + ")");
+    }
+    names.push_back(name);
+  }
+  return names;
+}
+
+// A fresh directory of this process under the system's temporary one, removed with everything in
+// it when this goes (however the bench ends, short of a kill).
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& bench)
+      : path_((std::filesystem::temp_directory_path() / ("troupe_bench_" + bench + "-" + std::to_string(::getpid()))).string()) {
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 // The configuration each bench runs `name` (grpo, ppo or dpo) with: the demo's, in build/bin/ppo's
 // and dpo's settings, GRPO with beta 0.04 (the reference in its step, as these benches measured it

@@ -26,17 +26,10 @@
 // overhead_ratio = in_process / plain and overhead_ratio_workers = workers / plain (by mean step
 // time; median_* by median). The top-level "troupe", "plain" and "overhead_ratio" repeat GRPO's
 // in-process figures under the keys this program printed before it covered the other algorithms.
-#include <algorithm>
-#include <chrono>
-#include <filesystem>
 #include <functional>
 #include <iostream>
-#include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -51,10 +44,6 @@ using namespace troupe::bench_rl;
 
 Sample from_record(const rl::StepRecord& r) {
   return Sample{r.seconds, r.actor_seconds, r.tokens_per_s * r.seconds.total, r.reward_mean, r.loss};
-}
-
-double ratio(const nlohmann::ordered_json& a, const nlohmann::ordered_json& b, const char* key) {
-  return std::round(a[key].get<double>() / b[key].get<double>() * 1000) / 1000;
 }
 
 // The three ways' summaries and ratios of one algorithm.
@@ -166,20 +155,17 @@ int main(int argc, char** argv) {
                  "OpenBLAS threads for every algorithm (placement.blas_threads; default 1; 0: the default pool); -1: each its own (ppo 1)");
   CLI11_PARSE(app, argc, argv);
   std::vector<std::string> names;
-  std::stringstream list(algorithms);
-  for (std::string name; std::getline(list, name, ',');) {
-    if (name != "grpo" && name != "ppo" && name != "dpo" && name != "reward_model") {
-      std::cerr << "rl_step: unknown algorithm '" << name << "' (grpo, ppo, dpo, reward_model)\n";
-      return 2;
-    }
-    names.push_back(name);
+  try {
+    names = algorithm_names(algorithms, {"grpo", "ppo", "dpo", "reward_model"});
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "rl_step: " << e.what() << "\n";
+    return 2;
   }
 
   auto demo = rl::RunConfig::demo();
-  const std::string dir = (std::filesystem::temp_directory_path() / ("troupe_bench_rl_step-" + std::to_string(::getpid()))).string();
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
   try {   // an actor that died, a worker that could not start: said, with the status, not an abort
+    const ScratchDir scratch("rl_step");
+    const std::string& dir = scratch.path();
     const std::string sft = dir + "/sft.safetensors";
     save_sft_start(demo, sft_steps, sft);   // the shared start: the demo's SFT warm start, shortened
     nlohmann::ordered_json out;
@@ -203,13 +189,10 @@ int main(int argc, char** argv) {
       out["median_overhead_ratio"] = out["grpo"]["median_overhead_ratio"];
       out["same_math"] = out["grpo"]["same_math"];
     }
-    std::filesystem::remove_all(dir);
     std::cout << out.dump() << std::endl;
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "rl_step: " << e.what() << "\n";
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
     return 1;
   }
 }
