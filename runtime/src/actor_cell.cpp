@@ -80,6 +80,10 @@ void ActorCell::submit(const char* method, Payload args, std::shared_ptr<StateBa
       link(call);
       seq = call->call_link.seq;
       local = route_;
+      if (!claimed && !reply_times_.empty()) {   // its host runs it: when a long method's reply may come
+        const ReplyTime* t = reply_time_locked(method);
+        if (t != nullptr && t->mean >= kLocalExpectFrom) call->expect_reply(std::chrono::steady_clock::now() + t->mean);
+      }
     }
   }
   if (claimed) {   // a kill meanwhile fails the call; it still runs to its end on this thread
@@ -158,9 +162,17 @@ void ActorCell::deliver(Route& route, Pending p) {
   release(sent.regions);   // the call was answered already: the callee is done with them
 }
 
-ActorCell::ReplyTime* ActorCell::reply_time_locked(const std::string& method) {
+ActorCell::ReplyTime* ActorCell::reply_time_locked(std::string_view method) {
   auto t = std::find_if(reply_times_.begin(), reply_times_.end(), [&](const ReplyTime& x) { return x.method == method; });
   return t != reply_times_.end() ? &*t : nullptr;
+}
+
+void ActorCell::note_reply_time_locked(std::string_view method, std::chrono::nanoseconds took) {
+  if (ReplyTime* t = reply_time_locked(method)) {
+    t->mean += std::chrono::duration_cast<std::chrono::nanoseconds>((took - t->mean) * kReplyTimeWeight);
+  } else {
+    reply_times_.push_back(ReplyTime{std::string(method), took});
+  }
 }
 
 void ActorCell::sending_locked(CallRecord& rec, StateBase& call) {
@@ -287,12 +299,7 @@ std::shared_ptr<StateBase> ActorCell::take_reply(std::uint64_t incarnation, std:
     // FT-2: only a reply of the incarnation its attempt went to (bind() sends queued calls
     // before it publishes the route, so the bound route is not the test).
     if (rec.via == nullptr || rec.incarnation != incarnation) return nullptr;
-    const auto took = std::chrono::steady_clock::now() - rec.sent_at;
-    if (ReplyTime* t = reply_time_locked(rec.method)) {
-      t->mean += std::chrono::duration_cast<std::chrono::nanoseconds>((took - t->mean) * kReplyTimeWeight);
-    } else {
-      reply_times_.push_back(ReplyTime{rec.method, took});
-    }
+    note_reply_time_locked(rec.method, std::chrono::steady_clock::now() - rec.sent_at);
     state = unlink(*it->second, &regions);
   }
   release(regions);   // the callee has finished with our argument tensors
@@ -313,20 +320,23 @@ Timer::Key ActorCell::schedule_deadline(const std::shared_ptr<StateBase>& call, 
   });
 }
 
-std::shared_ptr<StateBase> ActorCell::take(StateBase& call) {
+std::shared_ptr<StateBase> ActorCell::take(StateBase& call, const char* method, std::chrono::nanoseconds ran) {
   std::shared_ptr<StateBase> keep;
   std::vector<std::uint64_t> regions;
   {
     std::lock_guard lk(mu_);
     keep = unlink(call, &regions);
+    // A long run, or one of a method averaged already (so that its average follows it down).
+    if (method != nullptr && (ran >= kLocalExpectFrom || (ran.count() > 0 && reply_time_locked(method) != nullptr)))
+      note_reply_time_locked(method, ran);
   }
   release(regions);
   if (keep && call.call_link.has_deadline && env_.timer != nullptr) env_.timer->cancel(call.call_link.deadline);
   return keep;
 }
 
-void ActorCell::complete(StateBase& call, const Payload& reply) {
-  if (auto s = take(call)) s->complete_from(reply);
+void ActorCell::complete(StateBase& call, const Payload& reply, const char* method, std::chrono::nanoseconds ran) {
+  if (auto s = take(call, method, ran)) s->complete_from(reply);
 }
 
 void ActorCell::fail_call(StateBase& call, Error error) {

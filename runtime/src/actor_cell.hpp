@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -24,6 +25,12 @@
 #include "troupe/future.hpp"
 
 namespace troupe::detail {
+
+// A call of this process gets an expected reply time (its waiter's window, StateBase::wait_until)
+// only when its method runs at least this long on its host: a shorter one's reply comes within the
+// waiter's first spin. The host times (two clock reads) a method's first call, one call in 1,024
+// after, and every call once one has run this long (actor_host.cpp, HostState::times).
+inline constexpr std::chrono::microseconds kLocalExpectFrom{20};
 
 // The table's dependencies, injected: tests pass a manual timer and a counting release.
 struct CallTableEnv {
@@ -73,7 +80,11 @@ class ActorCell : public std::enable_shared_from_this<ActorCell> {
   std::shared_ptr<Route> route() const;
 
   // Local routes: the host completes the call it was handed. A call already done ignores it.
-  void complete(StateBase& call, const Payload& reply);
+  // `ran`: how long the host ran the call's method `method`, when it timed it (actor_host.cpp:
+  // kLocalExpectFrom): the method's average tells later callers' waiters when to look for their
+  // replies (submit; StateBase::wait_until). Zero: not timed.
+  void complete(StateBase& call, const Payload& reply, const char* method = nullptr,
+                std::chrono::nanoseconds ran = std::chrono::nanoseconds::zero());
   void fail_call(StateBase& call, Error error);
   // Remote routes: the call that a reply of (incarnation, seq) answers, taken out of the table
   // (its regions released, its deadline cancelled) for the caller to complete; null when no
@@ -118,7 +129,9 @@ class ActorCell : public std::enable_shared_from_this<ActorCell> {
   void link(const std::shared_ptr<StateBase>& call);     // mu_ held
   // mu_ held. Unlinks the call; its exposed regions go to `regions`. Null if already done.
   std::shared_ptr<StateBase> unlink(StateBase& call, std::vector<std::uint64_t>* regions = nullptr);
-  std::shared_ptr<StateBase> take(StateBase& call);       // unlinks, releases, cancels the deadline
+  // Unlinks, releases, cancels the deadline; notes `ran` as `method`'s time (complete) if given.
+  std::shared_ptr<StateBase> take(StateBase& call, const char* method = nullptr,
+                                  std::chrono::nanoseconds ran = std::chrono::nanoseconds::zero());
   // send_mu_ held, mu_ not: one attempt, and what it left behind.
   void deliver(Route& route, Pending p);
   // send_mu_ and mu_ held: calls in flight on a route that `lost` selects lost their attempt.
@@ -135,7 +148,8 @@ class ActorCell : public std::enable_shared_from_this<ActorCell> {
     std::string method;
     std::chrono::nanoseconds mean{0};
   };
-  ReplyTime* reply_time_locked(const std::string& method);   // mu_ held; null: none yet
+  ReplyTime* reply_time_locked(std::string_view method);   // mu_ held; null: none yet
+  void note_reply_time_locked(std::string_view method, std::chrono::nanoseconds took);   // mu_ held
   void fail_all(std::vector<std::shared_ptr<StateBase>>& calls, std::vector<std::uint64_t>& regions,
                 const Error& error);
   void release(std::vector<std::uint64_t>& regions) const;
@@ -156,9 +170,10 @@ class ActorCell : public std::enable_shared_from_this<ActorCell> {
   Error death_error_;   // what every call fails with once dead
   Served served_;
   std::unordered_map<std::uint64_t, StateBase*> recorded_;   // calls with a CallRecord, by seq
-  // Per method, how long its calls on remote routes took from send to reply (a moving average):
-  // each new call tells its waiter when to expect the reply (StateBase::expect_reply). An actor
-  // has a few methods: looked for in order.
+  // Per method, how long its calls took (a moving average): on a remote route from send to reply,
+  // on a local one the host's run of a long method (kLocalExpectFrom). Each new call tells its
+  // waiter when to expect the reply (StateBase::expect_reply). An actor has a few methods: looked
+  // for in order.
   std::vector<ReplyTime> reply_times_;
 
   const CellSpec spec_;

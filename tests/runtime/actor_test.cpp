@@ -275,6 +275,25 @@ TEST_CASE("an actor whose calls stopped parks its thread: an idle process uses n
   CHECK(c.call(&Counter::get).get() == 4000);   // and a parked host still answers
 }
 
+// Once a method has run long on its host, a caller waiting on its future sleeps until shortly
+// before the reply's expected time and then looks for it (StateBase::wait_until): an earlier
+// reply still wakes it, a later one is still waited for, a deadline inside the window is kept.
+TEST_CASE("waits on a long in-process method: an early reply wakes the waiter, a late one is waited for, a deadline is kept") {
+  auto rt = make_runtime();
+  auto c = rt.spawn<Counter>(troupe::Options{});
+  for (int i = 0; i < 4; ++i) c.call(&Counter::sleep_ms, 200).get();   // its host times it: ~200 ms expected
+  const auto early = std::chrono::steady_clock::now();
+  c.call(&Counter::sleep_ms, 1).get();   // expected at +200 ms, answered at once
+  CHECK(std::chrono::steady_clock::now() - early < 150ms);   // woken by the reply, not by the expected time
+  auto late = c.call(&Counter::sleep_ms, 400);   // past the window: the waiter sleeps on until it comes
+  CHECK_FALSE(late.wait_for(20ms));   // a deadline before the window is kept
+  late.get();
+  CHECK(late.ready());
+  auto failing = c.call(&Counter::fail, std::string("no"));   // after long runs, an error still reaches the waiter
+  CHECK(failing.result().error().code == ErrorCode::MethodFailed);
+  CHECK(c.call(&Counter::add, 2).get() == 2);
+}
+
 TEST_CASE("shutdown with calls in flight neither hangs nor leaks") {
   Tracked::live = 0;
   std::vector<troupe::Future<int>> fs;
