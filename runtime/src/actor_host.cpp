@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "troupe/actor_ref.hpp"
 #include "troupe/net/link.hpp"
@@ -32,23 +35,21 @@ constexpr auto kSleepLinger = std::chrono::seconds(1);
 
 // Of a host's calls from this process, a method's first and then one in this many are timed, to
 // find its long methods (kLocalExpectFrom, actor_cell.hpp); a method found long is timed on every
-// call. Rarely: back-to-back call().get()s of a 1 us method lost ~15 % of their rate with every
-// call timed, ~9 % with one in 64, ~6 % with this (2026-12-05, alternating runs on a noisy VM).
+// call. Rarely: the clock reads cost short methods' back-to-back calls (README, actor calls).
 constexpr std::uint32_t kTimeOneIn = 1024;
 
 struct HostState {
   std::shared_ptr<HostedObject> hosted;
   bool linger = false;   // on a thread of its own (detached)
-  std::uint32_t local_calls = 0;           // calls from this process run here
-  std::vector<std::string> seen_methods;   // of those, the methods called once at least
-  std::vector<std::string> long_methods;   // the methods found long: timed every call
-  bool times(const std::string& method) {   // whether to time this call of `method`
-    if (std::find(long_methods.begin(), long_methods.end(), method) != long_methods.end()) return true;
-    if (std::find(seen_methods.begin(), seen_methods.end(), method) == seen_methods.end()) {
-      seen_methods.push_back(method);
-      return true;
-    }
-    return ++local_calls % kTimeOneIn == 0;
+  // The methods its calls from this process ran, each with whether one of its timed runs was long.
+  std::vector<std::pair<std::string, bool>> methods;
+  std::uint32_t local_calls = 0;
+  // `method`'s entry when this call of it is to be timed (kTimeOneIn), else null.
+  std::pair<std::string, bool>* timed(const std::string& method) {
+    auto m = std::find_if(methods.begin(), methods.end(), [&](const auto& x) { return x.first == method; });
+    const bool first = m == methods.end();
+    if (first) m = methods.insert(methods.end(), {method, false});
+    return first || m->second || ++local_calls % kTimeOneIn == 0 ? &*m : nullptr;
   }
   HostState() = default;
   HostState(const HostState&) = delete;
@@ -163,7 +164,7 @@ std::optional<Result<Payload>> run_local(HostedObject& h, const std::shared_ptr<
   return r;
 }
 
-// `method` ran `ran` long on the host's thread when timed (HostState::times); zero: not timed.
+// `method` ran `ran` long on the host's thread when timed (HostState::timed); zero: not timed.
 void finish_local(ActorCell& cell, StateBase& call, const std::optional<Result<Payload>>& outcome, const char* method = nullptr,
                   std::chrono::nanoseconds ran = std::chrono::nanoseconds::zero()) {
   if (!outcome) return;
@@ -256,14 +257,12 @@ caf::behavior host(Host* self, std::shared_ptr<ActorCell> cell, std::shared_ptr<
         {
           std::lock_guard running(h.running);
           h.posted.fetch_sub(1, std::memory_order_relaxed);
-          if (self->state.times(m.method)) {
-            const auto start = std::chrono::steady_clock::now();
-            outcome = run_local(h, cell, m.method, m.args, m.call);
+          auto* timed = self->state.timed(m.method);   // valid until the next call's lookup
+          const auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+          outcome = run_local(h, cell, m.method, m.args, m.call);
+          if (timed) {
             ran = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start);
-            auto& longs = self->state.long_methods;
-            if (ran >= kLocalExpectFrom && std::find(longs.begin(), longs.end(), m.method) == longs.end()) longs.push_back(m.method);
-          } else {
-            outcome = run_local(h, cell, m.method, m.args, m.call);
+            timed->second = timed->second || ran >= kLocalExpectFrom;
           }
         }
         finish_local(*cell, *m.call, outcome, m.method.c_str(), ran);

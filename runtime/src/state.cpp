@@ -18,11 +18,23 @@ namespace {
 constexpr int kSpinIterations = 1000;
 constexpr auto kYieldFor = std::chrono::microseconds(50);
 
-// Around a reply's expected time (await_remote; wait_until for a reply from this process) the waiter looks from this long before it (and a
-// twentieth of the time the call was expected to take, up to kSpreadOf's: its spread) until this
-// long after (and a tenth): at most 1.2 ms before and 2.2 ms after.
+// Around a reply's expected time (await_remote, and wait_until for a reply from this process) the
+// waiter looks from this long before it (and a twentieth of the time the call was expected to take,
+// up to kSpreadOf's: its spread) until this long after (and a tenth): at most 1.2 ms before and
+// 2.2 ms after.
 constexpr auto kLead = std::chrono::microseconds(200);
 constexpr auto kSpreadOf = std::chrono::milliseconds(20);
+
+// When to look for a reply expected at `expected_ns` (StateBase::expect_reply), seen at `now`.
+struct LookWindow {
+  std::chrono::steady_clock::time_point from, until;
+};
+LookWindow look_window(std::chrono::steady_clock::rep expected_ns, std::chrono::steady_clock::time_point now) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point at{Clock::duration(expected_ns)};
+  const auto ahead = std::min<Clock::duration>(at > now ? at - now : Clock::duration::zero(), kSpreadOf);
+  return LookWindow{at - kLead - ahead / 20, at + kLead + ahead / 10};
+}
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -61,10 +73,9 @@ bool StateBase::await_remote(std::chrono::steady_clock::time_point deadline) {
   if (look(std::min(deadline, start + kYieldFor))) return true;
   auto look_from = Clock::time_point::max(), look_until = Clock::time_point::min();
   if (const auto ns = expected_ns_.load(std::memory_order_relaxed); ns != 0) {
-    const Clock::time_point at{Clock::duration(ns)};
-    const auto ahead = std::min<Clock::duration>(at > start ? at - start : Clock::duration::zero(), kSpreadOf);
-    look_from = at - kLead - ahead / 20;
-    look_until = at + kLead + ahead / 10;
+    const LookWindow w = look_window(ns, start);
+    look_from = w.from;
+    look_until = w.until;
   }
   while (!ready()) {
     const auto now = Clock::now();
@@ -93,22 +104,13 @@ bool StateBase::await_remote(std::chrono::steady_clock::time_point deadline) {
 
 void StateBase::wait() {
   if (ready()) return;
-  if (remote_.load(std::memory_order_relaxed)) {
-    if (await_remote(std::chrono::steady_clock::time_point::max())) return;
-  } else {
+  if (!remote_.load(std::memory_order_relaxed)) {   // a remote reply is looked for in wait_until (await_remote)
     for (int i = 0; i < kSpinIterations; ++i) {
       if (ready()) return;
       cpu_relax();
     }
-    if (expected_ns_.load(std::memory_order_relaxed) != 0) {   // a long call: its window (wait_until)
-      wait_until(std::chrono::steady_clock::time_point::max());
-      return;
-    }
   }
-  std::unique_lock lk(mu_);
-  ++waiters_;
-  cv_.wait(lk, [&] { return ready(); });
-  --waiters_;
+  wait_until(std::chrono::steady_clock::time_point::max());
 }
 
 // A reply from this process that its call table expects at a time (a long method's recent runs on
@@ -124,17 +126,14 @@ bool StateBase::wait_until(std::chrono::steady_clock::time_point deadline) {
     if (await_remote(deadline)) return true;
   } else if (const auto ns = expected_ns_.load(std::memory_order_relaxed); ns != 0) {
     const auto now = Clock::now();
-    const Clock::time_point at{Clock::duration(ns)};
-    const auto ahead = std::min<Clock::duration>(at > now ? at - now : Clock::duration::zero(), kSpreadOf);
-    const auto look_from = at - kLead - ahead / 20;
-    const auto look_until = std::min(deadline, at + kLead + ahead / 10);
-    if (now < look_from) {
+    const LookWindow w = look_window(ns, now);
+    if (now < w.from) {
       std::unique_lock lk(mu_);
       ++waiters_;
-      cv_.wait_until(lk, std::min(deadline, look_from), [&] { return ready(); });
+      cv_.wait_until(lk, std::min(deadline, w.from), [&] { return ready(); });
       --waiters_;
     }
-    while (!ready() && Clock::now() < look_until) {
+    while (!ready() && Clock::now() < std::min(deadline, w.until)) {
       for (int i = 0; i < 16 && !ready(); ++i) cpu_relax();
     }
     if (ready()) return true;
