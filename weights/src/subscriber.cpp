@@ -252,21 +252,19 @@ WeightSetPtr WeightSubscriber::pull_from(const ActorRef<WeightStore>& source, st
   me.map = opts_.map_shared;
   me.device_uuid = device_uuid_;
   if (!opts_.allow_local) me.nonce = 0;   // never taken for the store's own process
-  // A store of this process (a colocated trainer's) is asked with call_sync: when it is idle its
-  // manifest, a method that waits for nothing, runs on this thread, with no hand-over to the
-  // store's thread and no wake-up, which were most of a colocated pull's cost. One in another
-  // process is asked under the deadline.
-  const std::uint64_t have_version = have ? have->version() : 0;
-  auto ask = [&]() -> Result<WeightManifest> {
-    if (source.cell() == nullptr || detail::cell_remote(*source.cell()))
-      return source.with_timeout(opts_.timeout).call(&WeightStore::manifest, version, pull_id, me, have_version).result();
+  // A store of this process (a colocated trainer's) is asked with no deadline: call_sync then runs
+  // its manifest, a method that waits for nothing, on this thread when it is idle, with no
+  // hand-over to the store's thread and no wake-up, which were most of a colocated pull's cost.
+  // One in another process is asked under the deadline.
+  const bool local = source.cell() != nullptr && !detail::cell_remote(*source.cell());
+  const ActorRef<WeightStore> store = local ? source : source.with_timeout(opts_.timeout);
+  auto reply = [&]() -> Result<WeightManifest> {
     try {
-      return source.call_sync(&WeightStore::manifest, version, pull_id, me, have_version);
+      return store.call_sync(&WeightStore::manifest, version, pull_id, me, have ? have->version() : 0);
     } catch (const ErrorException& e) {
       return e.error();
     }
-  };
-  auto reply = ask();
+  }();
   if (!reply.ok()) {
     const auto& err = reply.error();
     // The store's own NotFound (a nested call's failure would arrive as MethodFailed).
