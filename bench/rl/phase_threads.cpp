@@ -114,7 +114,7 @@ nlohmann::ordered_json bench_algorithm(rl::RunConfig c, const std::string& sft, 
   ThreadPerRole per_role;
   PlainRoles main_roles(c, sft), one_roles(c, sft, &one), per_role_roles(c, sft, &per_role);
   rl::DataCursor cursor{c.run.seed ^ 0x9e3, 0, 0};
-  std::vector<Sample> a, b, d;
+  std::vector<Sample> timed[3];   // each way's, in roles' order
   bool same_math = true;
   PlainRoles* roles[3] = {&main_roles, &one_roles, &per_role_roles};
   for (int i = 0; i < warmup + steps; ++i) {
@@ -127,16 +127,14 @@ nlohmann::ordered_json bench_algorithm(rl::RunConfig c, const std::string& sft, 
       cursor = c;
     }
     same_math = same_math && same(x[0], x[1]) && same(x[0], x[2]);
-    if (i >= warmup) { a.push_back(x[0]); b.push_back(x[1]); d.push_back(x[2]); }
+    for (int k = 0; i >= warmup && k < 3; ++k) timed[k].push_back(x[k]);
   }
   nlohmann::ordered_json j;
-  j["main"] = summarise(a);
-  j["one_thread"] = summarise(b);
-  j["thread_per_role"] = summarise(d);
-  j["one_thread_ratio"] = ratio(j["one_thread"], j["main"], "step_ms");
-  j["thread_per_role_ratio"] = ratio(j["thread_per_role"], j["main"], "step_ms");
-  j["median_one_thread_ratio"] = ratio(j["one_thread"], j["main"], "median_step_ms");
-  j["median_thread_per_role_ratio"] = ratio(j["thread_per_role"], j["main"], "median_step_ms");
+  j["main"] = summarise(timed[0]);
+  j["one_thread"] = summarise(timed[1]);
+  j["thread_per_role"] = summarise(timed[2]);
+  put_ratio(j, "one_thread_ratio", "one_thread", "main");
+  put_ratio(j, "thread_per_role_ratio", "thread_per_role", "main");
   j["same_math"] = same_math;
   j["blas_threads"] = c.placement.blas_threads;
   return j;
@@ -150,9 +148,7 @@ int main(int argc, char** argv) {
   std::string algorithms = "dpo";
   CLI::App app{"an algorithm's phases on the main thread, on one other thread, and on a thread per role (plain loop)"};
   app.allow_extras();
-  app.add_option("--steps", steps, "timed steps per algorithm")->check(CLI::Range(1, 1 << 30));
-  app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::Range(0, 1 << 30));
-  app.add_option("--sft-steps", sft_steps, "SFT steps of the shared start (DPO needs correct answers to pair)")->check(CLI::Range(0, 1 << 30));
+  add_length_options(app, steps, warmup, sft_steps);
   app.add_option("--algorithms", algorithms, "comma-separated: grpo, ppo, dpo");
   app.add_option("--blas-threads", blas, "OpenBLAS threads (placement.blas_threads; default 1); -1: each algorithm's own");
   CLI11_PARSE(app, argc, argv);

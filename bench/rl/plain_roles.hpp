@@ -19,6 +19,7 @@
 #include <system_error>
 #include <vector>
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "troupe/rl.hpp"
@@ -202,10 +203,21 @@ inline nlohmann::ordered_json summarise(const std::vector<Sample>& samples) {
   return j;
 }
 
+// Into `j`, whose members `way` and `base` are summaries (summarise): `key`, way's mean step over
+// base's, and "median_" + `key`, by median step, each to three decimals.
+inline void put_ratio(nlohmann::ordered_json& j, const std::string& key, const char* way, const char* base) {
+  const auto ratio = [&](const char* of) { return std::round(j[way][of].get<double>() / j[base][of].get<double>() * 1000) / 1000; };
+  j[key] = ratio("step_ms");
+  j["median_" + key] = ratio("median_step_ms");
+}
 
-// a's `key` over b's, to three decimals: a way's overhead ratio.
-inline double ratio(const nlohmann::ordered_json& a, const nlohmann::ordered_json& b, const char* key) {
-  return std::round(a[key].get<double>() / b[key].get<double>() * 1000) / 1000;
+// The flags both benches take for how long they run: --steps (timed, at least 1), --warmup
+// (untimed steps first) and --sft-steps (of the shared start).
+inline void add_length_options(CLI::App& app, int& steps, int& warmup, int& sft_steps) {
+  app.add_option("--steps", steps, "timed steps per algorithm")->check(CLI::Range(1, 1 << 30));
+  app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::Range(0, 1 << 30));
+  app.add_option("--sft-steps", sft_steps, "SFT steps of the shared start (DPO needs correct answers to pair)")
+      ->check(CLI::Range(0, 1 << 30));
 }
 
 // The comma-separated names of `list`, each one of `known`; throws std::invalid_argument naming an

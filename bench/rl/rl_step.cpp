@@ -53,10 +53,8 @@ nlohmann::ordered_json report(const std::vector<Sample>& in_process, const std::
   j["in_process"] = summarise(in_process);
   j["workers"] = summarise(workers);
   j["plain"] = summarise(plain);
-  j["overhead_ratio"] = ratio(j["in_process"], j["plain"], "step_ms");
-  j["overhead_ratio_workers"] = ratio(j["workers"], j["plain"], "step_ms");
-  j["median_overhead_ratio"] = ratio(j["in_process"], j["plain"], "median_step_ms");
-  j["median_overhead_ratio_workers"] = ratio(j["workers"], j["plain"], "median_step_ms");
+  put_ratio(j, "overhead_ratio", "in_process", "plain");
+  put_ratio(j, "overhead_ratio_workers", "workers", "plain");
   j["same_math"] = same_math;
   j["same_math_workers"] = same_math_workers;
   return j;
@@ -147,9 +145,7 @@ int main(int argc, char** argv) {
   std::string algorithms = "grpo,ppo,dpo,reward_model";
   CLI::App app{"one step of each algorithm: troupe actors (in-process and in worker processes) vs a plain loop"};
   app.allow_extras();
-  app.add_option("--steps", steps, "timed steps per algorithm")->check(CLI::Range(1, 1 << 30));
-  app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::Range(0, 1 << 30));
-  app.add_option("--sft-steps", sft_steps, "SFT steps of the shared start (DPO needs correct answers to pair)")->check(CLI::Range(0, 1 << 30));
+  add_length_options(app, steps, warmup, sft_steps);
   app.add_option("--algorithms", algorithms, "comma-separated: grpo, ppo, dpo, reward_model");
   app.add_option("--blas-threads", blas,
                  "OpenBLAS threads for every algorithm (placement.blas_threads; default 1; 0: the default pool); -1: each its own (ppo 1)");
