@@ -1,7 +1,9 @@
 // rl_step: the cost of running an algorithm as an actor graph. For each of GRPO, PPO, DPO and
 // reward-model training, the same steps of the demo configuration (64 prompts x 8 samples; 64
 // pairs per reward-model step) run three ways, interleaved step by step so that machine load drifts
-// hit all alike:
+// hit all alike, in an order that turns each step (none always follows the same way: with a fixed
+// order the in-process rollout, run right after the plain loop's step, timed 0.93-0.95 x the plain
+// loop's generate, and 0.97-0.99 x in the turning order; 2026-12-05, DPO):
 //   in_process  rl::Run's step (or, for the reward model, a Trainer actor called as
 //               build/bin/reward_model calls it): every role an actor of this process, every call
 //               msgpack-encoded; Run's calls are call_sync, so an idle actor's method runs on the
@@ -74,7 +76,13 @@ nlohmann::ordered_json bench_algorithm(Runtime& rt, rl::RunConfig config, const 
   for (int i = 0; i < warmup + steps; ++i) {
     auto cursor = in_process.state().cursor;
     const auto step = in_process.state().step;
-    const Sample x = from_record(in_process.step()), y = from_record(workers.step()), z = plain.step(cursor, step);
+    Sample x, y, z;
+    for (int k = 0; k < 3; ++k) {   // each way first, second and third in turn: none always follows the same one
+      const int way = (i + k) % 3;
+      if (way == 0) x = from_record(in_process.step());
+      else if (way == 1) y = from_record(workers.step());
+      else z = plain.step(cursor, step);
+    }
     same_math = same_math && same(x, z);
     same_math_workers = same_math_workers && same(y, z);
     if (i >= warmup) { a.push_back(x); b.push_back(y); c.push_back(z); }
@@ -123,9 +131,13 @@ nlohmann::ordered_json bench_reward_model(Runtime& rt, const rl::RunConfig& demo
     for (auto& p : cursor.next(data.train, std::size_t(pairs_per_step)))
       pairs.push_back(rl::PreferencePair{p, p.answer, std::to_string(std::stoll(p.answer) + 1)});
     const auto batch = rl::reward_model_batch(pairs, tok);
-    const Sample x = timed([&] { return thread.call_sync(&actors::Trainer::train_step, batch); });
-    const Sample y = timed([&] { return worker.call_sync(&actors::Trainer::train_step, batch); });
-    const Sample z = timed([&] { return plain.train_step(batch); });
+    Sample x, y, z;
+    for (int k = 0; k < 3; ++k) {   // in turn, as bench_algorithm's ways
+      const int way = (i + k) % 3;
+      if (way == 0) x = timed([&] { return thread.call_sync(&actors::Trainer::train_step, batch); });
+      else if (way == 1) y = timed([&] { return worker.call_sync(&actors::Trainer::train_step, batch); });
+      else z = timed([&] { return plain.train_step(batch); });
+    }
     same_math = same_math && same(x, z);
     same_math_workers = same_math_workers && same(y, z);
     if (i >= warmup) { a.push_back(x); b.push_back(y); c.push_back(z); }
