@@ -176,7 +176,7 @@ net::HttpResponse Head::put_package(const net::HttpRequest& req, const std::stri
 
 net::HttpResponse Head::route_jobs(const net::HttpRequest& req, const std::string& rest) {
   if (rest.empty() || rest == "/") {
-    if (req.method == "POST") return submit_job(json::parse(req.body));
+    if (req.method == "POST") return submit_job(parse_request(req.body));
     if (req.method != "GET") return error_reply(404, "no such jobs endpoint: " + req.method);
     std::lock_guard lk(mu_);
     json jobs = json::array();
@@ -201,7 +201,7 @@ net::HttpResponse Head::route_jobs(const net::HttpRequest& req, const std::strin
     return reply(200, json{{"deleted", id}});
   }
   if (verb == "stop" && req.method == "POST") {
-    const json body = req.body.empty() ? json::object() : json::parse(req.body);
+    const json body = parse_request(req.body);
     if (!body.is_object()) return error_reply(400, "a stop request is a JSON object");
     auto grace = read_field<double>(body, "grace_s", 10.0);
     if (!grace.ok()) return error_reply(grace.error());
@@ -218,7 +218,7 @@ net::HttpResponse Head::route_jobs(const net::HttpRequest& req, const std::strin
     const std::string name = verb.substr(7, verb.size() - 13);   // groups/{name}/scale
     const JobRecord* j = state_->jobs().find(id);
     for (const auto& [gid, g] : state_->elastic_groups()) {
-      if (g.name == name && (g.job == id || g.owner == j->owner)) return scale_elastic(gid, req.body.empty() ? json::object() : json::parse(req.body));
+      if (g.name == name && (g.job == id || g.owner == j->owner)) return scale_elastic(gid, parse_request(req.body));
     }
     return error_reply(404, "job " + std::to_string(id) + " has no elastic group '" + name + "'" +
                                 (ended(j->state) ? " (it has ended)" : ""));

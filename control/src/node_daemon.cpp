@@ -422,8 +422,11 @@ void NodeDaemon::send_logs(const std::vector<net::LogPiece>& pieces) {
 }
 
 void NodeDaemon::report(const json& event) {
-  if (!head_->send(net::head_kind::kEvents, json{{"events", json::array({event})}})) {
-    spdlog::error("node {}: could not report {}: the link to the head has ended", node_id_, event.value("kind", ""));
+  try {   // called from catch blocks (a failed start): nothing may be thrown from here
+    if (!head_->send(net::head_kind::kEvents, json{{"events", json::array({event})}}))
+      spdlog::error("node {}: could not report {}: the link to the head has ended", node_id_, event.value("kind", ""));
+  } catch (const std::exception& e) {
+    spdlog::error("node {}: could not report {}: {}", node_id_, event.value("kind", ""), e.what());
   }
 }
 

@@ -10,8 +10,29 @@ namespace troupe::net {
 
 using json = nlohmann::json;
 
+bool json_nesting_within(std::string_view text, int max_depth) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return false;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return true;
+}
+
 json decode_control(const std::vector<char>& body) {
   if (body.size() > kMaxControlMessage) throw std::runtime_error("a control message over " + std::to_string(kMaxControlMessage) + " bytes");
+  if (!json_nesting_within(std::string_view(body.data(), body.size())))
+    throw std::runtime_error("a control message nested deeper than " + std::to_string(kMaxJsonDepth));
   json parsed = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded()) throw std::runtime_error("a control message that is not JSON");
   if (!parsed.is_object()) throw std::runtime_error("a control message that is not a JSON object");
@@ -19,7 +40,7 @@ json decode_control(const std::vector<char>& body) {
 }
 
 std::vector<char> encode_control(const json& body) {
-  const std::string text = body.dump();
+  const std::string text = body.dump(-1, ' ', false, json::error_handler_t::replace);
   if (text.size() > kMaxControlMessage) throw std::length_error("a control message over " + std::to_string(kMaxControlMessage) + " bytes");
   return std::vector<char>(text.begin(), text.end());
 }

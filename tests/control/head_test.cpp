@@ -123,6 +123,23 @@ TEST_CASE("bad bodies and bad hellos are refused with a reason and change nothin
   CHECK(call(head, "POST", "/api/v1/actors/hosted", R"({"type":"","gateway":"127.0.0.1:9","owner":1})").status == 400);
   CHECK(call(head, "POST", "/api/v1/actors/hosted", R"({"type":7,"gateway":"127.0.0.1:9","owner":1})").status == 400);
   CHECK(call(head, "POST", "/api/v1/actors/hosted", "[]").status == 400);
+  // JSON nested a million deep (a field of the wrong type whose text an error message once
+  // printed, recursively, overflowing the stack) is refused by its depth; 64 levels are only a
+  // wrong type, named by its type.
+  auto deep = call(head, "POST", "/api/v1/actors", R"({"type":)" + std::string(1000000, '[') + std::string(1000000, ']') + "}");
+  CHECK(deep.status == 400);
+  CHECK(deep.body.find("deeper than 64") != std::string::npos);
+  auto nested = call(head, "POST", "/api/v1/actors", R"({"type":)" + std::string(63, '[') + std::string(63, ']') + "}");
+  CHECK(nested.status == 400);
+  CHECK(nested.body.find("field 'type' has the wrong type: array") != std::string::npos);
+  // A spec that could not fit an order to a node is refused before anything is stored (413).
+  auto huge = call(head, "POST", "/api/v1/actors",
+                   R"({"type":"X","ctor_signature":"s","binary":"/bin/true","ctor_args":")" + std::string(17u << 20, '0') + "\"}");
+  CHECK(huge.status == 413);
+  // A path that is not UTF-8 is named in the 404 (as U+FFFD), not a 500.
+  auto odd = call(head, "GET", "/nowhere%FF", "");
+  CHECK(odd.status == 404);
+  CHECK(odd.body.find("/nowhere\xef\xbf\xbd") != std::string::npos);
   auto status = status_of(head);
   CHECK(status["nodes"].size() == 1);
   CHECK(status["nodes"][0].value("state", "") == "alive");

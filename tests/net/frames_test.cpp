@@ -3,9 +3,12 @@
 #include <doctest/doctest.h>
 
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "troupe/net/frames.hpp"
+#include "troupe/net/head_link.hpp"
 
 namespace net = troupe::net;
 
@@ -85,4 +88,20 @@ TEST_CASE("a reply carries its error's domain and code, and a code no domain def
   back.error_domain = std::uint8_t(troupe::ErrorDomain::Weights);
   back.error_code = 77;
   CHECK(back.error_value().code == troupe::ErrorCode::Internal);
+}
+
+TEST_CASE("control messages: nesting past the bound and bodies over it are refused, text that is not UTF-8 is sent as U+FFFD") {
+  CHECK(net::json_nesting_within(R"({"a":[[{"b":1}]]})", 4));
+  CHECK_FALSE(net::json_nesting_within(R"({"a":[[{"b":1}]]})", 3));
+  CHECK(net::json_nesting_within(R"({"a":"[[[[[[[[\"[[[["})", 1));   // brackets in strings, escaped quotes too
+  auto body = [](const std::string& text) { return std::vector<char>(text.begin(), text.end()); };
+  CHECK(net::decode_control(body(R"({"role":)" + std::string(63, '[') + std::string(63, ']') + "}")).is_object());
+  CHECK_THROWS_AS(net::decode_control(body(R"({"role":)" + std::string(100000, '[') + std::string(100000, ']') + "}")),
+                  std::runtime_error);
+  CHECK_THROWS_AS(net::decode_control(body("[1]")), std::runtime_error);
+  CHECK_THROWS_AS(net::decode_control(std::vector<char>(net::kMaxControlMessage + 1, ' ')), std::runtime_error);
+  // A failed start's reason naming a package's file, as a node reports it.
+  const auto sent = net::encode_control(nlohmann::json{{"status", "cannot unpack 'l\xff/x'"}});
+  CHECK(net::decode_control(sent)["status"] == "cannot unpack 'l\xef\xbf\xbd/x'");
+  CHECK_THROWS_AS(net::encode_control(nlohmann::json{{"big", std::string(net::kMaxControlMessage, 'x')}}), std::length_error);
 }

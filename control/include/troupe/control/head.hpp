@@ -26,8 +26,11 @@
 
 namespace troupe::control {
 
-// JSON replies of the head's API: a body, or {"error": message}.
-inline net::HttpResponse reply(int status, const nlohmann::json& body) { return net::HttpResponse{status, body.dump()}; }
+// JSON replies of the head's API: a body, or {"error": message}. Text that is not UTF-8 (a path
+// a client sent, a file name in its package) goes as U+FFFD, never an exception.
+inline net::HttpResponse reply(int status, const nlohmann::json& body) {
+  return net::HttpResponse{status, body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
+}
 inline net::HttpResponse error_reply(int status, const std::string& message) {
   return reply(status, nlohmann::json{{"error", message}});
 }
@@ -40,6 +43,10 @@ inline net::HttpResponse error_reply(const Error& e) {
   else if (e.code == ControlCode::TooLarge) status = 413;
   return error_reply(status, e.message);
 }
+
+// A request body as JSON ("": {}): nlohmann::json::parse_error for text that is not JSON, and
+// ErrorException BadRequest for JSON nested deeper than net::kMaxJsonDepth (head_link.hpp).
+nlohmann::json parse_request(const std::string& body);
 
 class HeadState;
 class JobLogs;

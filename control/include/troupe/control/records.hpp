@@ -167,7 +167,9 @@ Result<T> read_field(const nlohmann::json& body, const char* key, std::optional<
   try {
     return it->template get<T>();
   } catch (const nlohmann::json::exception&) {
-    return Error{ControlCode::BadRequest, std::string("field '") + key + "' has the wrong type: " + it->dump()};
+    // Its type's name, not its text: that could be megabytes, or nest deep enough that printing it
+    // overflowed the stack.
+    return Error{ControlCode::BadRequest, std::string("field '") + key + "' has the wrong type: " + it->type_name()};
   }
 }
 

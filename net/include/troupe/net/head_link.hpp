@@ -25,6 +25,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -44,9 +45,19 @@ inline constexpr char kLog = 'L';
 
 inline constexpr std::size_t kMaxControlMessage = 16u << 20;
 
+// How deep the JSON the head takes from outside (control messages, API bodies) may nest. Parsing
+// is iterative, but printing and comparing a value recurse: a body of a million '[' would overflow
+// the stack of whichever thread printed it (an error message naming a field of the wrong type).
+inline constexpr int kMaxJsonDepth = 64;
+// Whether `text`'s arrays and objects nest at most `max_depth` deep (strings are skipped, escapes
+// included; the text need not be valid JSON: the parser judges that).
+bool json_nesting_within(std::string_view text, int max_depth = kMaxJsonDepth);
+
 // The JSON object a control message carries; std::runtime_error for a body over the bound, not
-// JSON, or not an object.
+// JSON, nested deeper than kMaxJsonDepth, or not an object.
 nlohmann::json decode_control(const std::vector<char>& body);
+// Text that is not UTF-8 (a file name of a job's package, a path) goes as U+FFFD, never an
+// exception. std::length_error for a message over kMaxControlMessage.
 std::vector<char> encode_control(const nlohmann::json& body);
 
 // A log piece: the job, the worker process it came from (0: the job's driver), the bytes.
