@@ -74,6 +74,16 @@ troupe::rl::RunConfig parse(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::exit(app.exit(e));
   }
+  const auto extra = app.remaining();   // the runtime's flags (troupe::init read them) and their values; nothing else
+  for (std::size_t i = 0; i < extra.size(); ++i) {
+    const std::string& a = extra[i];
+    if (a == "--address" || a.rfind("--troupe-", 0) == 0) {
+      if (a.find('=') == std::string::npos) ++i;
+      continue;
+    }
+    std::cerr << "grpo: unknown argument '" << a << "' (grpo --help lists the flags)\n";
+    std::exit(2);
+  }
   if (threads_flag->count() > 0) c.placement.trainer_threads = c.placement.rollout_threads = c.placement.reference_threads = threads;
   if (print_config) {
     std::cout << "# build/bin/grpo's configuration (grpo --print-config); run it with grpo --config FILE\n"

@@ -85,6 +85,12 @@ int main(int argc, char** argv) {
     std::cerr << "reward_model: --lm-coef and --weight-decay must be >= 0\n";
     return 2;
   }
+  if (s.steps < 1 || s.pairs_per_step < 1 || s.eval_every < 1 || s.group < 2 || s.per_prompt < 1 || s.sample_prompts < 1 ||
+      s.heldout < 1 || s.sft_steps < 0 || s.threads < 1 || !(s.lr > 0)) {
+    std::cerr << "reward_model: --steps, --pairs-per-step, --eval-every, --pairs-per-prompt, --sample-prompts, --heldout-size "
+                 "and --threads must be at least 1, --group at least 2, --sft-steps >= 0 and --lr > 0\n";
+    return 2;
+  }
   const auto start = std::chrono::steady_clock::now();
   try {
     std::filesystem::create_directories(s.run_dir);

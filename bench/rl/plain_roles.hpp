@@ -100,7 +100,7 @@ class PlainRoles {
         batch = rl::dpo_batch(samples, pairs, config_.algo.dpo_beta, config_.algo.dpo_ipo, config_.algo.micro_batches);
         run(Role::reference, [&] {
           rl::add_reference_logprobs(*batch, reference_.logprobs(actors::LogprobRequest{batch->tokens, batch->attn_mask,
-                                                                                        config_.algo.temperature}));
+                                                                                        batch->temperature}));
         });
       }
       lap(out.seconds.reference);

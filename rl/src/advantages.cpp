@@ -147,6 +147,9 @@ KlController::KlController(double initial_coef, double target_kl, double horizon
 double KlController::update(double measured_kl, std::int64_t n_steps) {
   if (n_steps < 0 || !std::isfinite(measured_kl)) throw std::invalid_argument("KlController: n_steps >= 0 and a finite kl");
   if (target_ <= 0.0) return coef_;
+  if (double(n_steps) >= 5.0 * horizon_)
+    throw std::invalid_argument("KlController: " + std::to_string(n_steps) + " samples a batch need a horizon over " +
+                                std::to_string(double(n_steps) / 5.0) + " (the coefficient's factor would not stay positive)");
   const double error = std::clamp(measured_kl / target_ - 1.0, -0.2, 0.2);
   coef_ *= 1.0 + error * double(n_steps) / horizon_;
   return coef_;

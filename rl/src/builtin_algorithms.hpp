@@ -17,5 +17,8 @@ std::unique_ptr<Algorithm> make_dpo(const RunConfig& config);
 // groups out. False for any other function, a program's replacement registered as "grpo" too,
 // and for a name not registered.
 bool is_grpo_objective(const std::string& name);
+// Whether an objective of that name is registered (in this process: a program's registrations are
+// static, so its workers have the same).
+bool objective_registered(const std::string& name);
 
 }  // namespace troupe::rl::detail

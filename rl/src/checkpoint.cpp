@@ -1,5 +1,6 @@
 #include "troupe/rl/checkpoint.hpp"
 
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -20,11 +21,16 @@ std::optional<std::string> latest_checkpoint(const std::string& run_dir) {
   const fs::path root = fs::path(run_dir) / "checkpoints";
   if (!fs::is_directory(root)) return std::nullopt;
   std::optional<std::string> best;
+  std::int64_t best_step = -1;
   for (auto& entry : fs::directory_iterator(root)) {
     const auto name = entry.path().filename().string();
-    if (name.rfind("step-", 0) != 0 || name.find('.') != std::string::npos) continue;
+    if (name.rfind("step-", 0) != 0) continue;
+    std::int64_t step = -1;   // by number: step-1000000 is newer than step-999999
+    const char* digits = name.data() + 5;
+    const auto [end, ec] = std::from_chars(digits, name.data() + name.size(), step);
+    if (ec != std::errc{} || end != name.data() + name.size() || end == digits) continue;   // staging dirs: step-N.tmp...
     if (!fs::exists(entry.path() / "state.json")) continue;
-    if (!best || name > fs::path(*best).filename().string()) best = entry.path().string();
+    if (step > best_step) best_step = step, best = entry.path().string();
   }
   return best;
 }
@@ -35,6 +41,7 @@ void save_run_state(const std::string& dir, const RunState& s) {
   j["policy_version"] = s.policy_version;
   j["seed"] = s.seed;
   j["cursor"] = {{"seed", s.cursor.seed}, {"epoch", s.cursor.epoch}, {"index", s.cursor.index}};
+  j["data"] = s.data;
   j["sft_heldout_acc"] = s.sft_heldout_acc;
   j["sft_heldout_format"] = s.sft_heldout_format;
   j["sft_heldout_acc_by_kind"] = s.sft_heldout_acc_by_kind;
@@ -62,6 +69,7 @@ RunState load_run_state(const std::string& dir) {
     if (j.contains("sft_heldout_acc_by_kind"))   // older checkpoints have none
       s.sft_heldout_acc_by_kind = j.at("sft_heldout_acc_by_kind").get<std::map<std::string, double>>();
     if (j.contains("sft_steps")) s.sft_steps = j.at("sft_steps").get<std::int64_t>();   // nor this
+    if (j.contains("data")) s.data = j.at("data").get<std::string>();   // nor this
     if (j.contains("values")) s.values = j.at("values").get<std::map<std::string, double>>();   // older checkpoints have none
     return s;
   } catch (const nlohmann::json::exception& e) {

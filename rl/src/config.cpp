@@ -147,7 +147,12 @@ void ConfigSchema::set(const std::string& assignment) {
     *std::get<std::string*>(e->field) = value;   // a bare string
     return;
   }
-  assign(e->field, *parsed.get("v"), key, at);
+  const toml::node& v = *parsed.get("v");
+  if (std::holds_alternative<std::string*>(e->field) && !v.is_string()) {   // 2, 2024, true: a string key's bare text
+    *std::get<std::string*>(e->field) = value;
+    return;
+  }
+  assign(e->field, v, key, at);
 }
 
 void ConfigSchema::set_text(const std::string& key, const std::string& value) {
@@ -175,9 +180,14 @@ std::string ConfigSchema::to_toml() const {
 void apply_command_line(ConfigSchema& schema, int argc, const char* const* argv) {
   std::string file;
   std::vector<std::string> sets;
+  bool have_file = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if ((a == "--config" || a == "--set") && i + 1 < argc) (a == "--config" ? file : sets.emplace_back()) = argv[++i];
+    const bool config = a == "--config" || a.rfind("--config=", 0) == 0;
+    if ((a == "--config" || a == "--set") && i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
+    if (config && have_file) throw std::invalid_argument("--config is given twice (one file; --set KEY=VALUE for more keys)");
+    have_file = have_file || config;
+    if (a == "--config" || a == "--set") (a == "--config" ? file : sets.emplace_back()) = argv[++i];
     else if (a.rfind("--config=", 0) == 0) file = a.substr(9);
     else if (a.rfind("--set=", 0) == 0) sets.push_back(a.substr(6));
   }

@@ -8,6 +8,7 @@
 // pair from the SFT policy). The round's samples not yet trained on are checkpointed
 // (dpo_round.safetensors), so a resumed run replays them.
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <filesystem>
 #include <stdexcept>
@@ -35,6 +36,11 @@ class Dpo final : public Algorithm {
  public:
   explicit Dpo(const RunConfig& c) {
     if (c.algo.dpo_round_steps < 1) throw std::invalid_argument("dpo: dpo_round_steps must be at least 1");
+    if (!(c.algo.dpo_beta > 0) || !std::isfinite(c.algo.dpo_beta)) throw std::invalid_argument("dpo: algo.dpo_beta must be > 0");
+    // Pairs are a prompt's correct answer against a wrong one (the verifier's verdicts): a reward
+    // backend's scores would be computed and train nothing.
+    if (c.algo.reward != "rule")
+      throw std::invalid_argument("dpo: algo.reward '" + c.algo.reward + "': DPO's pairs come from the task's verifier (rule)");
   }
 
   StepRecord step(Run& run) override {
@@ -77,11 +83,10 @@ class Dpo final : public Algorithm {
     if (bytes == nullptr) throw std::runtime_error(path + ": no 'round' tensor");
     Payload p;
     p.bytes.assign(bytes->data_as<const char>(), bytes->data_as<const char>() + bytes->nbytes());
-    for (const auto& [name, t] : file.tensors) {   // in file order, which is save()'s: t0, t1, ...
-      if (name == "round") continue;
-      if (name != "t" + std::to_string(p.tensors.size())) throw std::runtime_error(path + ": unexpected tensor '" + name + "'");
-      p.tensors.push_back(t);
-    }
+    // By name, t0, t1, ...: a step without pairs saved empty tensors at one offset, whose order in
+    // the file's table is not fixed.
+    for (const TensorView* t; (t = file.find("t" + std::to_string(p.tensors.size()))) != nullptr;) p.tensors.push_back(*t);
+    if (file.tensors.size() != p.tensors.size() + 1) throw std::runtime_error(path + ": tensors other than round, t0, t1, ...");
     for (auto& s : decode_value<std::vector<RoundStep>>(p)) round_.push_back(std::move(s));
   }
 
@@ -102,7 +107,8 @@ class Dpo final : public Algorithm {
       s.pairs = std::int64_t(pairs.size() / 2);
       if (s.pairs > 0) {   // the pairs' rows, chosen then rejected; the reference scores those only
         s.batch = dpo_batch(s.samples, pairs, c.algo.dpo_beta, c.algo.dpo_ipo, c.algo.micro_batches);
-        add_reference_logprobs(s.batch, run.reference_logprobs(s.batch.tokens, s.batch.attn_mask));
+        // At the batch's temperature (1: DPO's log pi(y|x) is the model's own), not the sampling one.
+        add_reference_logprobs(s.batch, run.reference_logprobs(s.batch.tokens, s.batch.attn_mask, s.batch.temperature));
       }
       clock.lap(&StepTimes::reference);
       round_.push_back(std::move(s));

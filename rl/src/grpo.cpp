@@ -53,7 +53,10 @@ namespace {
 
 class Grpo final : public Algorithm {
  public:
-  explicit Grpo(const RunConfig&) {}
+  explicit Grpo(const RunConfig& c) {
+    if (!detail::objective_registered(c.algo.objective))
+      throw std::invalid_argument("grpo: no objective '" + c.algo.objective + "' (algo.objective: grpo, or one the program registers with TROUPE_OBJECTIVE)");
+  }
 
   StepRecord step(Run& run) override {
     StepClock clock;

@@ -1,5 +1,7 @@
 #include "troupe/rl/metrics.hpp"
 
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -94,19 +96,41 @@ MetricsLog::MetricsLog(std::string path, std::int64_t keep_up_to) : path_(std::m
   std::vector<std::string> kept;
   if (keep_up_to >= 0) {
     std::ifstream in(path_);
-    for (std::string line; std::getline(in, line);) {
-      if (!line.empty() && record_from_json_line(line).step <= keep_up_to) kept.push_back(line);
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);) if (!line.empty()) lines.push_back(line);
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+      StepRecord r;
+      try {
+        r = record_from_json_line(lines[i]);
+      } catch (const std::exception& e) {
+        // The last line may be torn (the process died, or the disk filled, while writing it): its
+        // step is redone after the checkpoint anyway. A bad line before it is a damaged file.
+        if (i + 1 == lines.size()) break;
+        throw std::runtime_error(path_ + " line " + std::to_string(i + 1) + ": " + e.what());
+      }
+      if (r.step <= keep_up_to) kept.push_back(lines[i]);
     }
   }
-  out_.open(path_, std::ios::trunc);
+  // The kept lines go to a new file that then replaces the old one: a crash in between leaves one
+  // or the other whole.
+  const std::string fresh = path_ + ".tmp";
+  {
+    std::ofstream out(fresh, std::ios::trunc);
+    for (auto& line : kept) out << line << "\n";
+    out.flush();
+    if (!out) throw std::runtime_error("cannot write metrics file " + fresh);
+  }
+  std::error_code ec;
+  std::filesystem::rename(fresh, path_, ec);
+  if (ec) throw std::runtime_error("cannot replace metrics file " + path_ + ": " + ec.message());
+  out_.open(path_, std::ios::app);
   if (!out_) throw std::runtime_error("cannot open metrics file " + path_);
-  for (auto& line : kept) out_ << line << "\n";
-  out_.flush();
 }
 
 void MetricsLog::write(const StepRecord& r) {
   out_ << to_json_line(r) << "\n";
   out_.flush();
+  if (!out_) throw std::runtime_error("cannot write metrics file " + path_ + " (step " + std::to_string(r.step) + ")");
 }
 
 std::vector<StepRecord> read_metrics(const std::string& path) {
@@ -151,6 +175,13 @@ void ProgressLine::finish() {
 
 bool plot_metrics(const std::string& metrics_path, const std::string& png_path, const std::string& title,
                   std::optional<double> sft_heldout_acc, std::string* error) {
+  // gnuplot's single-quoted strings double a quote; it runs with no shell (posix_spawnp), so a
+  // path's characters are only characters.
+  auto quoted = [](const std::string& s) {
+    std::string q = "'";
+    for (char ch : s) q += ch == '\'' ? std::string("''") : std::string(1, ch);
+    return q + "'";
+  };
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
     if (error) *error = "gnuplot is not installed (apt-get install gnuplot-nox)";
     return false;
@@ -164,18 +195,22 @@ bool plot_metrics(const std::string& metrics_path, const std::string& png_path, 
       d << r.step << " " << r.reward_mean << " " << (r.heldout_acc ? std::to_string(*r.heldout_acc) : "NaN") << "\n";
     std::ofstream s(script);
     s << "set terminal pngcairo size 900,500 font 'sans,10'\n"
-      << "set output '" << png_path << "'\n"
-      << "set title '" << title << "'\nset xlabel 'step'\nset ylabel 'fraction'\n"
+      << "set output " << quoted(png_path) << "\n"
+      << "set title " << quoted(title) << "\nset xlabel 'step'\nset ylabel 'fraction'\n"
       << "set yrange [0:1]\nset key top left\nset grid\nset datafile missing 'NaN'\n";
     if (sft_heldout_acc) s << "set arrow from graph 0, first " << *sft_heldout_acc << " to graph 1, first "
                            << *sft_heldout_acc << " nohead dashtype 2 lc rgb 'gray'\n"
                            << "set label 'held-out accuracy after SFT' at graph 0.75, first " << *sft_heldout_acc - 0.03
                            << " tc rgb 'gray'\n";
-    s << "plot '" << data << "' using 1:2 with lines lw 1.5 title 'train reward (mean)', \\\n"
-      << "     '" << data << "' using 1:3 with linespoints pt 7 ps 0.6 lw 2 title 'held-out accuracy (greedy)'\n";
+    s << "plot " << quoted(data) << " using 1:2 with lines lw 1.5 title 'train reward (mean)', \\\n"
+      << "     " << quoted(data) << " using 1:3 with linespoints pt 7 ps 0.6 lw 2 title 'held-out accuracy (greedy)'\n";
   }
-  const std::string cmd = "gnuplot '" + script + "' 2>&1";
-  if (std::system(cmd.c_str()) != 0 || !std::filesystem::exists(png_path)) {
+  char* argv[] = {const_cast<char*>("gnuplot"), const_cast<char*>(script.c_str()), nullptr};
+  pid_t pid = -1;
+  int status = -1;
+  const bool ran = ::posix_spawnp(&pid, "gnuplot", nullptr, nullptr, argv, environ) == 0 && ::waitpid(pid, &status, 0) == pid &&
+                   WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (!ran || !std::filesystem::exists(png_path)) {
     if (error) *error = "gnuplot failed on " + script;
     return false;
   }

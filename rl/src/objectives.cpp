@@ -79,6 +79,15 @@ actors::ObjectiveOutput grpo_objective(const actors::ObjectiveInput& in) {
 
 void register_grpo_objective() { actors::register_objective("grpo", &grpo_objective); }
 
+bool detail::objective_registered(const std::string& name) {
+  try {
+    (void)actors::find_objective(name);
+    return true;
+  } catch (const std::invalid_argument&) {
+    return false;
+  }
+}
+
 bool detail::is_grpo_objective(const std::string& name) {
   try {
     const actors::Objective f = actors::find_objective(name);

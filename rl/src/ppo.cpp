@@ -84,6 +84,9 @@ class Ppo final : public Algorithm {
  public:
   explicit Ppo(const RunConfig& c) : kl_(c.algo.kl_coef, c.algo.kl_target, c.algo.kl_horizon) {
     if (c.algo.mini_batches < 1) throw std::invalid_argument("ppo: mini_batches must be at least 1");
+    if (const double n = double(c.algo.prompts_per_step) * double(c.algo.group_size); c.algo.kl_target > 0 && n >= 5.0 * c.algo.kl_horizon)
+      throw std::invalid_argument("ppo: algo.kl_horizon must exceed a fifth of the samples a step (" + std::to_string(n / 5.0) +
+                                  "): the adaptive KL coefficient would turn negative");
     if (!c.algo.critic_init.empty() && !std::filesystem::is_regular_file(c.algo.critic_init))
       throw std::invalid_argument("critic init file '" + c.algo.critic_init + "' does not exist");
   }

@@ -153,8 +153,46 @@ RunConfig RunConfig::demo() {
 
 // --- the run's actors ------------------------------------------------------------------------------
 
+namespace {
+
+// The keys every algorithm reads, checked before the warm start (an algorithm checks its own in its
+// constructor): a value out of range is refused here, by key, not after minutes of SFT.
+void check_config(const RunConfig& c) {
+  auto need = [](bool ok, const char* key, const char* what) {
+    if (!ok) throw std::invalid_argument(std::string(key) + " must be " + what);
+  };
+  auto finite = [](double x) { return std::isfinite(x); };
+  need(c.task.train_size >= 1, "task.train_size", "at least 1");
+  need(c.task.heldout_size >= 1, "task.heldout_size", "at least 1");
+  need(c.algo.steps >= 0, "algo.steps", ">= 0");
+  need(c.algo.prompts_per_step >= 1, "algo.prompts_per_step", "at least 1");
+  need(c.algo.group_size >= 1, "algo.group_size", "at least 1");
+  need(c.algo.temperature >= 0 && finite(c.algo.temperature), "algo.temperature", ">= 0 (0: greedy)");
+  need(c.algo.top_p > 0 && c.algo.top_p <= 1, "algo.top_p", "in (0, 1]");
+  need(c.algo.clip_eps > 0 && c.algo.clip_eps < 1, "algo.clip_eps", "in (0, 1)");
+  need(c.algo.kl_coef >= 0 && finite(c.algo.kl_coef), "algo.kl_coef", ">= 0");
+  need(c.algo.updates_per_batch >= 1, "algo.updates_per_batch", "at least 1");
+  need(c.algo.micro_batches >= 1, "algo.micro_batches", "at least 1");
+  need(c.algo.gae_gamma >= 0 && c.algo.gae_gamma <= 1, "algo.gae_gamma", "in [0, 1]");
+  need(c.algo.gae_lambda >= 0 && c.algo.gae_lambda <= 1, "algo.gae_lambda", "in [0, 1]");
+  need(c.algo.value_clip >= 0 && finite(c.algo.value_clip), "algo.value_clip", ">= 0");
+  need(c.algo.kl_horizon > 0 && finite(c.algo.kl_horizon), "algo.kl_horizon", "> 0");
+  need(finite(c.algo.kl_target), "algo.kl_target", "finite (<= 0: a fixed kl_coef)");
+  need(c.run.eval_every >= 0, "run.eval_every", ">= 0 (0: only at the start and the end)");
+  need(c.run.checkpoint_every >= 0, "run.checkpoint_every", ">= 0 (0: only at the end)");
+}
+
+// What a run's data cursor walks: a checkpoint's cursor means nothing over other data.
+std::string data_key(const RunConfig& c) {
+  return c.task.spec + " train " + std::to_string(c.task.train_size) + " heldout " + std::to_string(c.task.heldout_size) +
+         " share " + std::to_string(c.task.heldout_kind_share) + " seed " + std::to_string(c.run.seed);
+}
+
+}  // namespace
+
 Run::Run(Runtime& rt, RunConfig config) : rt_(rt), config_(std::move(config)) {
   register_grpo_objective();
+  check_config(config_);
   WarmStartLength::check(config_.algo.sft);
   algorithm_ = make_algorithm(config_);   // an unknown name or a refused configuration fails here, not at step 1
   advantage_ = find_advantage_estimator(config_.algo.advantage);
@@ -172,6 +210,7 @@ Run::Run(Runtime& rt, RunConfig config) : rt_(rt), config_(std::move(config)) {
                         config_.task.heldout_kind_share);
   state_.seed = config_.run.seed;
   state_.cursor.seed = mix(config_.run.seed ^ 0xc0ffee);
+  state_.data = data_key(config_);
   config_.run.run_dir = std::filesystem::absolute(config_.run.run_dir).string();
   std::filesystem::create_directories(config_.run.run_dir);
   {   // the resolved configuration, next to the metrics
@@ -329,7 +368,11 @@ std::vector<actors::RewardResult> Run::score(const std::vector<Problem>& problem
 TensorView Run::reference_logprobs(const actors::RolloutBatch& samples) { return reference_logprobs(samples.tokens, samples.attn_mask); }
 
 TensorView Run::reference_logprobs(const TensorView& tokens, const TensorView& attn_mask) {
-  const actors::LogprobRequest request{tokens, attn_mask, config_.algo.temperature};
+  return reference_logprobs(tokens, attn_mask, config_.algo.temperature);
+}
+
+TensorView Run::reference_logprobs(const TensorView& tokens, const TensorView& attn_mask, float temperature) {
+  const actors::LogprobRequest request{tokens, attn_mask, temperature};
   return reference_.call_sync(&actors::Reference::logprobs, request);
 }
 
@@ -457,7 +500,15 @@ std::string Run::save_checkpoint() {
 bool Run::resume() {
   auto dir = latest_checkpoint(config_.run.run_dir);
   if (!dir) return false;
-  state_ = load_run_state(*dir);
+  RunState loaded = load_run_state(*dir);
+  // Its cursor walks its own data (an older checkpoint names none: its seed must match at least).
+  if ((!loaded.data.empty() && loaded.data != state_.data) || loaded.seed != state_.seed)
+    throw std::invalid_argument(*dir + " was made over other data or with another seed (" +
+                                (loaded.data.empty() ? "seed " + std::to_string(loaded.seed) : loaded.data) + ", this run: " +
+                                state_.data + "): resume with the same task.* keys and run.seed, or use a fresh run_dir");
+  const std::string data = state_.data;
+  state_ = std::move(loaded);
+  state_.data = data;
   trainer_.call_sync(&actors::Trainer::set_optimizer, config_.algo.optim);
   trainer_.call_sync(&actors::Trainer::load_checkpoint, *dir);
   algorithm_->load(*this, *dir);

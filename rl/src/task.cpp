@@ -1,10 +1,13 @@
 #include "troupe/rl/task.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <numeric>
 #include <stdexcept>
+#include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -44,10 +47,17 @@ double AdditionTask::kind_size(const std::string& kind) const {
 
 std::unique_ptr<Task> make_task(const std::string& spec) {
   const std::string prefix = "addition:";
-  if (spec.rfind(prefix, 0) == 0) {
-    auto range = spec.substr(prefix.size());
-    auto dash = range.find('-');
-    if (dash != std::string::npos) return std::make_unique<AdditionTask>(std::stoi(range.substr(0, dash)), std::stoi(range.substr(dash + 1)));
+  if (spec.rfind(prefix, 0) == 0) {   // addition:MIN-MAX, each all digits (1-3x, 1- and 1-99999999999 are refused)
+    const std::string range = spec.substr(prefix.size());
+    const auto dash = range.find('-');
+    auto whole = [](std::string_view s, int& v) {
+      const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+      return !s.empty() && ec == std::errc{} && end == s.data() + s.size();
+    };
+    int lo = 0, hi = 0;
+    if (dash != std::string::npos && whole(std::string_view(range).substr(0, dash), lo) &&
+        whole(std::string_view(range).substr(dash + 1), hi))
+      return std::make_unique<AdditionTask>(lo, hi);
   }
   throw std::invalid_argument("unknown task '" + spec + "' (expected addition:<min>-<max>)");
 }
@@ -83,6 +93,9 @@ Dataset Dataset::make(const Task& task, std::size_t train_size, std::size_t held
 std::vector<Problem> DataCursor::next(const std::vector<Problem>& set, std::size_t n) {
   std::vector<Problem> out;
   out.reserve(n);
+  if (n == 0) return {};
+  if (index < 0 || index >= std::int64_t(set.size()))   // a cursor restored over other data
+    throw std::invalid_argument("DataCursor::next: index " + std::to_string(index) + " is outside a set of " + std::to_string(set.size()));
   std::vector<std::size_t> order;
   std::int64_t order_epoch = -1;
   while (out.size() < n) {

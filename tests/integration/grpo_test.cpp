@@ -214,6 +214,11 @@ TEST_CASE("build/bin/reward_model: a short seeded run ranks held-out pairs above
   auto bad = itest::run({TROUPE_REWARD_MODEL, "--no-such-flag"});
   CHECK(bad.status != 0);
   CHECK(bad.output.find("--no-such-flag") != std::string::npos);
+  for (const char* flag : {"--eval-every", "--pairs-per-step", "--steps"}) {   // 0 is refused before any work, not a crash
+    auto zero = itest::run({TROUPE_REWARD_MODEL, flag, "0", "--run-dir", dir.path + "/zero"});
+    CHECK(zero.status == 2);
+    CHECK(zero.output.find(flag) != std::string::npos);
+  }
 
   // GRPO with the learned reward (RLHF): the model scores the samples, the verifier still measures.
   auto rlhf = run_grpo(dir.path + "/rlhf", false, [&] { auto a = kShortRun; a.insert(a.end(), {"--reward", "model:" + model}); return a; }());
@@ -248,7 +253,15 @@ TEST_CASE("build/bin/grpo, ppo, dpo, rloo and reward_model: --print-config print
     CHECK(help.output.find("--config") != std::string::npos);
     CHECK(help.output.find("--seed") != std::string::npos);
     CHECK_FALSE(std::filesystem::exists(run_dir));   // nothing ran
+    auto typo = itest::run({path, "--stpes", "3", "--run-dir", run_dir});   // a mistyped flag is refused by name
+    CHECK(typo.status == 2);
+    CHECK(typo.output.find("--stpes") != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(run_dir));
   }
+  // DPO pairs by the verifier's verdicts: a learned reward would train nothing, and is refused.
+  auto dpo_rm = itest::run({TROUPE_DPO, "--reward", "model:/no/such/file", "--run-dir", dir.path + "/dpo_rm"});
+  CHECK(dpo_rm.status != 0);
+  CHECK(dpo_rm.output.find("verifier") != std::string::npos);
 }
 
 TEST_CASE("build/bin/rloo, an algorithm written as a user writes one: 60 seeded steps raise held-out accuracy over its SFT start") {

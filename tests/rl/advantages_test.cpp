@@ -111,4 +111,10 @@ TEST_CASE("the adaptive KL controller moves the coefficient toward the target, c
   CHECK(fixed.update(100.0, 1000) == doctest::Approx(0.04));
   CHECK_THROWS_AS(adaptive.update(std::nan(""), 1), std::invalid_argument);
   CHECK_THROWS_AS(KlController(-1.0), std::invalid_argument);
+  // 5 * horizon samples or more: at error -0.2 the factor 1 - 0.2 * n / horizon is not positive.
+  const double kept = adaptive.value();
+  CHECK_THROWS_AS(adaptive.update(0.0, 50000), std::invalid_argument);
+  CHECK(adaptive.value() == kept);
+  CHECK(adaptive.update(0.0, 49999) > 0);
+  CHECK(fixed.update(0.0, 50000) == doctest::Approx(0.04));   // a fixed one takes any batch
 }

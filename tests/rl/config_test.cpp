@@ -58,6 +58,16 @@ TEST_CASE("--set takes one key in TOML syntax, a bare string too") {
   CHECK(refusal([&] { schema.set("algo.nope=1"); }).find("unknown key 'algo.nope'") != std::string::npos);
   CHECK(refusal([&] { schema.set("algo.group_size=many"); }).find("algo.group_size") != std::string::npos);
   CHECK(refusal([&] { schema.set("algo.group_size"); }).find("key=value") != std::string::npos);
+  // A string key takes text that reads as another TOML type as that text, as its flag does.
+  schema.set("placement.rollouts=2");
+  schema.set("run.run_dir=2024");
+  CHECK(c.placement.rollouts == "2");
+  CHECK(c.run.run_dir == "2024");
+  // A --set or --config with nothing after it, or a second --config, is refused, not skipped.
+  const char* dangling[] = {"grpo", "--set"};
+  CHECK(refusal([&] { troupe::rl::apply_command_line(schema, 2, dangling); }).find("--set needs a value") != std::string::npos);
+  const char* twice[] = {"grpo", "--config", "a.toml", "--config=b.toml"};
+  CHECK(refusal([&] { troupe::rl::apply_command_line(schema, 4, twice); }).find("twice") != std::string::npos);
 }
 
 TEST_CASE("an unknown key, a wrong type, a value out of range or bad syntax is refused, naming the key and the line") {

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -204,6 +205,40 @@ TEST_CASE("a resumed PPO run, its critic included, and a resumed DPO run take th
   });
 }
 
+TEST_CASE("a resume over other data or with another seed is refused by name, before any state is loaded") {
+  auto rt = troupe::Runtime::create().value();
+  auto config = tiny("troupe_resume_other_data");
+  RunState saved;   // a checkpoint of the same run with a larger train set
+  saved.seed = config.run.seed;
+  {
+    RunConfig bigger = config;
+    bigger.task.train_size = 95;
+    Run other(rt, bigger);
+    saved.data = other.state().data;
+  }
+  saved.cursor.index = 92;   // past this run's 90 problems
+  const auto dir = checkpoint_dir(config.run.run_dir, 3);
+  std::filesystem::create_directories(dir);
+  save_run_state(dir, saved);
+  Run run(rt, config);
+  CHECK(run.state().data != saved.data);
+  auto refusal = [&] {
+    try {
+      run.resume();
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("(resumed)");
+  };
+  CHECK(refusal().find("other data or with another seed") != std::string::npos);
+  CHECK(run.state().step == 0);   // nothing of the checkpoint was taken
+  saved.data.clear();             // an older checkpoint (no data key) with another seed
+  saved.seed = config.run.seed + 1;
+  save_run_state(dir, saved);
+  CHECK(refusal().find("seed " + std::to_string(config.run.seed + 1)) != std::string::npos);
+  std::filesystem::remove_all(config.run.run_dir);
+}
+
 TEST_CASE("GRPO and DPO: 60 seeded steps of the demo raise held-out accuracy over the SFT start") {
   auto rt = troupe::Runtime::create().value();
   for (const std::string algorithm : {"grpo", "dpo"}) {
@@ -296,6 +331,8 @@ TEST_CASE("PPO's adaptive KL controller moves beta by the sampled KL, and offlin
     config.algo.steps = 4;
     config.algo.sft.steps = 30;
     config.algo.dpo_round_steps = config.algo.steps;   // one round: every pair from the SFT policy
+    config.algo.temperature = 0.7f;   // sampled at 0.7; DPO's log-likelihoods, policy's and reference's, at 1
+    config.algo.updates_per_batch = 1;
     Run dpo(rt, config);
     dpo.warm_start();
     const std::int64_t sft_version = dpo.state().policy_version;
@@ -307,6 +344,10 @@ TEST_CASE("PPO's adaptive KL controller moves beta by the sampled KL, and offlin
       digests.insert(r.samples_digest);
     }
     CHECK(digests.size() == records.size());   // each step its own prompts and seed
+    // The first update's policy is the reference (both the SFT weights): every pair's margin is 0
+    // and the loss -log sigmoid(0) = log 2, whatever temperature the samples were drawn at.
+    REQUIRE(records[0].values.count("pairs") == 1);
+    CHECK(records[0].loss == doctest::Approx(std::log(2.0)).epsilon(1e-3));
     // The round's generates are the first step's, in its time and in what its record says.
     CHECK(records[0].actor_seconds.rollout > 0);
     CHECK(records[0].actor_seconds.rollout <= records[0].seconds.rollout);

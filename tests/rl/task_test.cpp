@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 
@@ -29,6 +30,8 @@ TEST_CASE("addition problems carry their exact sums and respect the digit range"
   CHECK_THROWS_AS(AdditionTask(0, 2), std::invalid_argument);
   CHECK_THROWS_AS(make_task("subtraction:1-2"), std::invalid_argument);
   CHECK(make_task("addition:2-3")->max_answer_chars() == 4);
+  for (const char* bad : {"addition:1-3x", "addition:1-", "addition:-3", "addition:1-99999999999", "addition:1+3", "addition:"})
+    CHECK_THROWS_AS(make_task(bad), std::invalid_argument);
 }
 
 TEST_CASE("train and held-out sets are disjoint and reproducible from the seed") {
@@ -88,6 +91,32 @@ TEST_CASE("the data cursor visits each problem once per epoch and a restored cur
   CHECK(c.index == 2);
   auto again = saved.next(set, 4);
   for (int i = 0; i < 4; ++i) CHECK(again[i].prompt == rest[i].prompt);
+  // A cursor restored over a smaller set (a resume with other task keys) is refused, not read past the end.
+  DataCursor past{77, 0, 12};
+  CHECK_THROWS_AS(past.next(set, 1), std::invalid_argument);
+  CHECK(past.next(set, 0).empty());
+  CHECK_THROWS_AS(DataCursor{}.next({}, 1), std::invalid_argument);
+}
+
+TEST_CASE("the newest checkpoint is the highest step by number, and a run state keeps its data key") {
+  const auto dir = std::filesystem::temp_directory_path() / ("troupe_ckpt_order-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  RunState s;
+  s.data = "addition:1-2 train 10";
+  for (std::int64_t step : {999999, 1000000, 12}) {
+    const auto d = checkpoint_dir(dir.string(), step);
+    std::filesystem::create_directories(d);
+    s.step = step;
+    save_run_state(d, s);
+  }
+  std::filesystem::create_directories(dir / "checkpoints" / "step-2000000.tmp");   // staging: never the newest
+  const auto newest = latest_checkpoint(dir.string());
+  REQUIRE(newest.has_value());
+  CHECK(std::filesystem::path(*newest).filename() == "step-1000000");
+  const RunState back = load_run_state(*newest);
+  CHECK(back.step == 1000000);
+  CHECK(back.data == s.data);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("an SFT batch is the left-padded prompt, then the answer and eos, with the loss on the answer") {
@@ -133,6 +162,23 @@ TEST_CASE("metrics lines round-trip and a resumed log drops the steps after its 
   CHECK(records[2].reward_mean == doctest::Approx(0.3));
   CHECK_FALSE(records[2].heldout_acc.has_value());
   CHECK(records[2].heldout_acc_by_kind.empty());
+  resumed.write([] { StepRecord r; r.step = 5; return r; }());
+  // A torn last line (its process died while writing it) is dropped on resume; a bad line before
+  // the last is a damaged file, refused by line.
+  { std::ofstream(path, std::ios::app) << "{\"step\": 6, \"rewa"; }
+  { MetricsLog again(path, 5); }
+  CHECK(read_metrics(path).size() == 5);
+  { std::ofstream(path, std::ios::app) << "not json\n{\"step\": 6}\n"; }
+  try {
+    MetricsLog damaged(path, 6);
+    FAIL("a damaged metrics file was taken");
+  } catch (const std::runtime_error& e) {
+    CHECK(std::string(e.what()).find("line 6") != std::string::npos);
+  }
+  std::ifstream in(path);   // refused before anything was rewritten: all 7 lines still there
+  int lines = 0;
+  for (std::string line; std::getline(in, line);) ++lines;
+  CHECK(lines == 7);
   std::filesystem::remove_all(dir);
 }
 

@@ -19,6 +19,7 @@ struct RunState {
   std::int64_t policy_version = 0;
   std::uint64_t seed = 0;
   DataCursor cursor;
+  std::string data;   // what the cursor walks (Run: the task spec, the sets' sizes, the run seed); "" in older checkpoints
   double sft_heldout_acc = 0;
   double sft_heldout_format = 0;
   std::map<std::string, double> sft_heldout_acc_by_kind;

@@ -52,7 +52,8 @@ ConfigSchema run_config_schema(RunConfig& config);
 
 // A program's command line applied to `schema`: "--config FILE" first, then each "--set KEY=VALUE"
 // in order (also "--config=FILE", "--set=KEY=VALUE"); other arguments are left for the program.
-// Throws std::invalid_argument as load_file and set do.
+// Throws std::invalid_argument as load_file and set do, and for a second --config or a --config or
+// --set with no value after it.
 void apply_command_line(ConfigSchema& schema, int argc, const char* const* argv);
 
 // The whole command line of a program with no flags of its own: --config and --set as above,

@@ -318,7 +318,10 @@ class Run {
   // the verifier's; format_ok and correct stay the verifier's.
   std::vector<actors::RewardResult> score(const std::vector<Problem>& problems, const actors::RolloutBatch& samples);
   TensorView reference_logprobs(const actors::RolloutBatch& samples);   // [N, T] f32
-  TensorView reference_logprobs(const TensorView& tokens, const TensorView& attn_mask);   // of any rows: [R, T] f32
+  // Of any rows: [R, T] f32, at `temperature` (the sampling temperature unless given: the policy's
+  // logprobs in a batch are at its TrainBatch::temperature, which a KL or a DPO margin must match).
+  TensorView reference_logprobs(const TensorView& tokens, const TensorView& attn_mask);
+  TensorView reference_logprobs(const TensorView& tokens, const TensorView& attn_mask, float temperature);
   // The configured estimator's one advantage per sample (config.algo.advantage).
   std::vector<float> advantages(const std::vector<actors::RewardResult>& rewards);
   actors::TrainMetrics train(const actors::TrainBatch& batch);          // one optimizer step of the policy
