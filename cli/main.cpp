@@ -12,6 +12,8 @@
 //   troupe job scale ID GROUP (--replicas N | --min A --max B)
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <iostream>
@@ -26,6 +28,24 @@ void add_common(CLI::App* cmd, troupe::cli::CommonFlags& f) {
   cmd->add_option("--token-file", f.token_file, "File whose first line is the cluster token");
 }
 
+// An id as people write it: decimal digits, no leading zero (CLI11 alone reads 010 as 8 and 0x10
+// as 16).
+const CLI::Validator kDecimal(
+    [](std::string& s) {
+      const bool digits = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+      return digits && (s.size() == 1 || s[0] != '0') ? std::string() : "'" + s + "' is not a decimal number (no leading zero)";
+    },
+    "DECIMAL");
+
+// A number of seconds that is a number: CLI::Range lets nan through (no comparison holds for it).
+const CLI::Validator kFinite(
+    [](std::string& s) {
+      char* end = nullptr;
+      const double v = std::strtod(s.c_str(), &end);
+      return end != s.c_str() && *end == '\0' && std::isfinite(v) ? std::string() : "'" + s + "' is not a finite number";
+    },
+    "FINITE");
+
 // A command that talks to the head: the common flags and --address.
 void add_head(CLI::App* cmd, troupe::cli::CommonFlags& f) {
   add_common(cmd, f);
@@ -37,7 +57,7 @@ CLI::App* add_id_command(CLI::App* noun, const char* verb, const char* what, con
                          troupe::cli::CommonFlags& f, std::uint64_t& id) {
   auto* cmd = noun->add_subcommand(verb, what);
   add_head(cmd, f);
-  cmd->add_option("id", id, id_help)->required()->check(CLI::PositiveNumber);
+  cmd->add_option("id", id, id_help)->required()->check(kDecimal)->check(CLI::PositiveNumber);
   return cmd;
 }
 
@@ -68,7 +88,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(std::uint64_t(1), std::uint64_t(1) << 50));
   s->add_option("--drain-deadline-s", start.drain_deadline_s,
                 "Node: SIGTERM drains it first (elastic members leave, actors move), for at most this long (default 30)")
-      ->check(CLI::Range(0.0, 86400.0));
+      ->check(kFinite)->check(CLI::Range(0.0, 86400.0));
   s->add_option("--work-dir", start.work_dir, "Node: where jobs' directories go (default <session>/node-<pid>)");
   s->add_option("--cache-dir", start.cache_dir, "Node: where fetched job packages are kept (default <work-dir>/packages)");
 
@@ -95,7 +115,7 @@ int main(int argc, char** argv) {
                                "Drain a node: it takes nothing new, its actors move (elastic members leave), then it can be stopped",
                                "The node's id (troupe status)", common, target);
   drain->add_option("--deadline-s", drain_deadline, "Wait at most this long for its actors to move (default 30)")
-      ->check(CLI::Range(0.0, 86400.0));
+      ->check(kFinite)->check(CLI::Range(0.0, 86400.0));
   auto* pg = app.add_subcommand("pg", "Placement groups (a detached one stays until removed here)");
   pg->require_subcommand(1);
   auto* remove = add_id_command(pg, "remove", "Remove a placement group: its bundles come free, its actors are killed",
@@ -135,7 +155,7 @@ int main(int argc, char** argv) {
   auto* jlogs = job_id_command("logs", "A job's driver output and its workers' (prefixed with their actors)");
   jlogs->add_flag("-f,--follow", follow, "Follow until the job ends");
   auto* jstop = job_id_command("stop", "SIGTERM the driver's process group, SIGKILL after the grace; waits for the end");
-  jstop->add_option("--grace-s", grace_s, "Seconds between SIGTERM and SIGKILL (default 10)")->check(CLI::Range(0.0, 3600.0));
+  jstop->add_option("--grace-s", grace_s, "Seconds between SIGTERM and SIGKILL (default 10)")->check(kFinite)->check(CLI::Range(0.0, 3600.0));
   auto* jdelete = job_id_command("delete", "Remove an ended job's record, logs and package");
   std::string scale_group;
   int replicas = -1, scale_min = -1, scale_max = -1;

@@ -104,7 +104,7 @@ Head::Head(HeadConfig config) : config_(std::move(config)) {
     links_ = std::make_unique<net::LinkHub>(config_.token, net::self_identity("head"), options);
     link_address_ = links_->listen(config_.bind, [this](const std::shared_ptr<net::Link>& l) { on_link(l); });
     server_ = std::make_unique<net::HttpServer>(config_.bind, config_.port, [this](const net::HttpRequest& r) { return route(r); },
-                                                std::vector<std::string>{"/api/v1/packages/"});
+                                                std::vector<std::string>{"/api/v1/packages/"}, config_.token);
   } catch (...) {
     stop();
     throw;

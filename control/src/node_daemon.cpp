@@ -271,7 +271,7 @@ void NodeDaemon::start_loop() {
 std::string NodeDaemon::prepare_job_dir(std::uint64_t job, const std::string& package,
                                         const std::function<void(const std::string&)>& progress) {
   const fs::path dir = fs::path(config_.work_dir) / "jobs" / std::to_string(job);
-  const fs::path marker = dir / ".troupe-package";
+  const fs::path marker = dir / kUnpackedMarker;
   {
     std::ifstream in(marker);
     std::string have;
@@ -302,7 +302,13 @@ std::string NodeDaemon::prepare_job_dir(std::uint64_t job, const std::string& pa
     auto st = unpack_package(cache_->path(package), dir.string(), 4 * config_.max_package_bytes);
     if (!st.ok()) throw std::runtime_error(st.error().message);
   }
-  std::ofstream(marker) << package << "\n";
+  // Not through a symlink the package put there (O_NOFOLLOW): the marker is this daemon's file.
+  const int fd = ::open(marker.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error("cannot write " + marker.string() + ": " + std::strerror(errno));
+  const std::string line = package + "\n";
+  const bool wrote = ::write(fd, line.data(), line.size()) == ssize_t(line.size());
+  ::close(fd);
+  if (!wrote) throw std::runtime_error("cannot write " + marker.string());
   return dir.string();
 }
 

@@ -59,6 +59,7 @@ Status check_entry(archive_entry* e, std::uint64_t& unpacked, std::uint64_t max_
   const std::string name = raw != nullptr ? raw : "";
   if (name.empty()) return bad_package("an entry without a name");
   if (name.front() == '/') return bad_package("entry '" + name + "' has an absolute path");
+  if (*fs::path(name).lexically_normal().begin() == kUnpackedMarker) return bad_package("entry '" + name + "' is a name the node daemon keeps for itself");
   if (has_dotdot(name)) return bad_package("entry '" + name + "' has a '..' component");
   const auto type = archive_entry_filetype(e);
   if (const char* hard = archive_entry_hardlink(e)) {
@@ -85,7 +86,10 @@ ReadArchive open_read(const std::string& path, Error& err) {
   ReadArchive a(archive_read_new());
   archive_read_support_format_tar(a.get());
   archive_read_support_format_gnutar(a.get());
-  archive_read_support_filter_all(a.get());
+  // Uncompressed (what `troupe job submit` packs) or gzip'd: not every filter libarchive has, some
+  // of which run an external program (lrzip, grzip, lzop).
+  archive_read_support_filter_none(a.get());
+  archive_read_support_filter_gzip(a.get());
   if (archive_read_open_filename(a.get(), path.c_str(), 1 << 16) != ARCHIVE_OK) {
     err = bad_package(std::string("not a tar archive: ") + archive_error_string(a.get()));
     return nullptr;
@@ -151,12 +155,13 @@ Status check_package(const std::string& path, std::uint64_t max_unpacked) {
   Error err;
   auto a = open_read(path, err);
   if (!a) return err;
-  std::uint64_t unpacked = 0;
+  std::uint64_t unpacked = 0, entries = 0;
   archive_entry* e = nullptr;
   for (;;) {
     const int rc = archive_read_next_header(a.get(), &e);
     if (rc == ARCHIVE_EOF) return {};
     if (rc < ARCHIVE_WARN) return bad_package(std::string("unreadable: ") + archive_error_string(a.get()));
+    if (++entries > kMaxPackageEntries) return bad_package("more than " + std::to_string(kMaxPackageEntries) + " entries");
     if (auto st = check_entry(e, unpacked, max_unpacked); !st.ok()) return st;
     archive_read_data_skip(a.get());
   }

@@ -308,9 +308,11 @@ class SqliteStore final : public Store {
       Statement s(db_, "SELECT count(*) FROM sqlite_master WHERE type='table'");
       empty = s.step("schema") && s.integer(0) == 0;
     }
-    if (empty) {
-      exec(kSchema);
-      exec((std::string("INSERT INTO meta VALUES ('schema','") + kSchemaVersion + "');").c_str());
+    if (empty) {   // in one transaction, as the migration below: a failure leaves the file as it was
+      in_transaction([&] {
+        exec(kSchema);
+        exec((std::string("INSERT INTO meta VALUES ('schema','") + kSchemaVersion + "');").c_str());
+      });
       return;
     }
     std::string found;
@@ -320,9 +322,11 @@ class SqliteStore final : public Store {
     } catch (const ErrorException&) {   // no meta table: not a store of this version
     }
     if (found == "3") {   // the version before jobs: the new table and column, nothing else changes
-      exec("ALTER TABLE actors ADD COLUMN job INTEGER;");
-      exec(kSchema);
-      exec((std::string("UPDATE meta SET value='") + kSchemaVersion + "' WHERE key='schema';").c_str());
+      in_transaction([&] {   // all of it or none (a full disk half way left a store no head could open)
+        exec("ALTER TABLE actors ADD COLUMN job INTEGER;");
+        exec(kSchema);
+        exec((std::string("UPDATE meta SET value='") + kSchemaVersion + "' WHERE key='schema';").c_str());
+      });
       return;
     }
     if (found != kSchemaVersion) {
@@ -330,6 +334,18 @@ class SqliteStore final : public Store {
                                                          kSchemaVersion + ": start the head in a new session directory"});
     }
     exec(kSchema);   // tables added since (none yet) appear; existing ones are untouched
+  }
+
+  template <class F>
+  void in_transaction(F&& body) {
+    exec("BEGIN IMMEDIATE;");
+    try {
+      body();
+      exec("COMMIT;");
+    } catch (...) {
+      sqlite3_exec(db_, "ROLLBACK;", nullptr, nullptr, nullptr);
+      throw;
+    }
   }
 
   void exec(const char* sql) {

@@ -1,4 +1,5 @@
 #include "troupe/net/http.hpp"
+#include "troupe/net/token.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
@@ -182,6 +183,7 @@ struct HttpServer::Impl {
   tcp::acceptor acceptor{ioc};
   HttpHandler handler;
   std::vector<std::string> streamed;
+  std::string token;   // "": the handler checks what it needs
   std::atomic<bool> stopping{false};
   std::thread accept_thread;
   struct Connection {
@@ -197,10 +199,12 @@ struct HttpServer::Impl {
   void serve(std::shared_ptr<tcp::socket> sock);
 };
 
-HttpServer::HttpServer(const std::string& bind, std::uint16_t port, HttpHandler handler, std::vector<std::string> streamed)
+HttpServer::HttpServer(const std::string& bind, std::uint16_t port, HttpHandler handler, std::vector<std::string> streamed,
+                       std::string token)
     : impl_(std::make_unique<Impl>()) {
   impl_->handler = std::move(handler);
   impl_->streamed = std::move(streamed);
+  impl_->token = std::move(token);
   beast::error_code ec;
   tcp::endpoint ep{net::ip::make_address(bind, ec), port};
   if (ec) throw std::runtime_error("bad bind address '" + bind + "': " + ec.message());
@@ -276,6 +280,7 @@ void HttpServer::Impl::serve(std::shared_ptr<tcp::socket> sock) {
     });
     HttpResponse out;
     bool reusable = keep_alive;
+    bool unread_body = false;   // refused before its body was read
     auto run = [&](HttpRequest req) {
       try {
         out = handler(req);
@@ -284,7 +289,12 @@ void HttpServer::Impl::serve(std::shared_ptr<tcp::socket> sock) {
         spdlog::error("http: handler failed for {} {}: {}", method, target, e.what());
       }
     };
-    if (streamed_body) {
+    if (!token.empty() && !token_matches(to_request(head.get(), peer).bearer, token)) {
+      spdlog::warn("http: refused {} {} from {}: missing or wrong cluster token", method, path, peer);
+      out = HttpResponse{401, R"({"error":"missing or wrong cluster token"})"};
+      reusable = false;
+      unread_body = true;
+    } else if (streamed_body) {
       bhttp::request_parser<bhttp::buffer_body> parser{std::move(head)};
       parser.body_limit(kNoLimit);   // the handler bounds what it keeps
       ParserBodyReader reader(*sock, buf, parser);
@@ -310,14 +320,16 @@ void HttpServer::Impl::serve(std::shared_ptr<tcp::socket> sock) {
       run(std::move(req));
     }
     if (!send_response(*sock, out, version, reusable, stopping)) {
-      // A body left unread (a refused upload): stop writing, then read and drop what the client
-      // still sends for a while, so that it reads the answer instead of a reset.
-      if (streamed_body && !reusable) {
+      // A body left unread (a refused upload, a request without the token): stop writing, then
+      // read and drop what the client still sends for a while (for one without the token, 2 s at
+      // most however slowly it sends), so that it reads the answer instead of a reset.
+      if ((streamed_body || unread_body) && !reusable) {
         sock->shutdown(tcp::socket::shutdown_send, ec);
         set_socket_timeouts(sock->native_handle(), std::chrono::milliseconds(2000));
         char sink[1 << 16];
         std::size_t dropped = 0;
-        while (dropped < (std::size_t(256) << 20) && !stopping) {
+        const auto until = unread_body ? std::chrono::steady_clock::now() + std::chrono::seconds(2) : std::chrono::steady_clock::time_point::max();
+        while (dropped < (std::size_t(256) << 20) && !stopping && std::chrono::steady_clock::now() < until) {
           const std::size_t n = sock->read_some(net::buffer(sink), ec);
           if (ec || n == 0) break;
           dropped += n;

@@ -3,6 +3,12 @@
 // head started on another head's store finds its nodes, actors and groups.
 #include <doctest/doctest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -82,6 +88,25 @@ TEST_CASE("the head refuses calls without the cluster token") {
   auto ok = call(head, "GET", "/api/v1/status", "");
   CHECK(ok.status == 200);
   CHECK(json::parse(ok.body)["nodes"].empty());
+  // A request without the token is answered once its header is in, its body never read: a header
+  // announcing 60 MB and no body gets its 401 now (the server no longer waits for what it would
+  // refuse: up to 120 s for the next byte, and 64 MiB kept per connection).
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_port = htons(head.port());
+  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0);
+  timeval five{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &five, sizeof five);
+  const std::string request = "POST /api/v1/actors HTTP/1.1\r\nHost: x\r\nContent-Length: 60000000\r\n\r\n";
+  REQUIRE(::send(fd, request.data(), request.size(), MSG_NOSIGNAL) == ssize_t(request.size()));
+  char answer[256] = {};
+  const auto got = ::recv(fd, answer, sizeof answer - 1, 0);
+  ::close(fd);
+  REQUIRE(got > 0);
+  CHECK(std::string(answer).rfind("HTTP/1.1 401", 0) == 0);
 }
 
 TEST_CASE("bad bodies and bad hellos are refused with a reason and change nothing") {

@@ -3,6 +3,7 @@
 // (pack, check, unpack, the node's cache) without any process.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -201,6 +202,21 @@ TEST_CASE("a job package packs a directory, checks and unpacks it, and the node'
   CHECK(!control::check_package(dir.path + "/junk.tar", 1 << 20).ok());
   fs::create_symlink("../../outside", src / "sub" / "out");
   CHECK_THROWS(control::pack_directory(src.string(), dir.path + "/r.tar"));
+  fs::remove(src / "sub" / "out");
+  // The node daemon's marker name is its own: a package with that entry (a symlink there would
+  // have the daemon write through it) is refused.
+  fs::create_symlink("a.txt", src / control::kUnpackedMarker);
+  control::pack_directory(src.string(), dir.path + "/m.tar");
+  auto marker = control::check_package(dir.path + "/m.tar", 1 << 20);
+  CHECK(!marker.ok());
+  CHECK(marker.error().message.find(control::kUnpackedMarker) != std::string::npos);
+  fs::remove(src / control::kUnpackedMarker);
+  // gzip'd archives are read (in process); other filters (some run external programs) are not.
+  const std::string gz = dir.path + "/p.tar.gz";
+  REQUIRE(std::system(("gzip -c " + tar + " > " + gz).c_str()) == 0);
+  CHECK(control::check_package(gz, 1 << 20).ok());
+  const std::string bz = dir.path + "/p.tar.bz2";
+  if (std::system(("bzip2 -c " + tar + " > " + bz + " 2>/dev/null").c_str()) == 0) CHECK(!control::check_package(bz, 1 << 20).ok());
 
   control::PackageCache cache(dir.path + "/cache", 2500);
   for (const char* name : {"one", "two", "three"}) {

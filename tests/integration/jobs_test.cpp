@@ -297,6 +297,13 @@ TEST_CASE("job submissions are idempotent by submission id, live jobs are not de
   CHECK(unreachable.output.find("cannot reach") != std::string::npos);
   auto bad_flag = c.job({"submit", "--max-attempts", "0", "--", "true"});
   CHECK(bad_flag.status != 0);
+  // Ids are decimal (not 010 read as 8), seconds are numbers (not nan, which passes a range check).
+  auto nan_grace = c.job({"stop", id, "--grace-s", "nan"});
+  CHECK(nan_grace.status != 0);
+  CHECK(nan_grace.output.find("not a finite number") != std::string::npos);
+  auto octal = itest::run({TROUPE_CLI, "node", "drain", "010", "--address", c.address(), "--token", c.token()});
+  CHECK(octal.status != 0);
+  CHECK(octal.output.find("not a decimal number") != std::string::npos);
 
   // Malformed bodies: 400 with a JSON error; nothing stored changes.
   const auto before = c.job({"list", "--json"}).output;
@@ -304,7 +311,12 @@ TEST_CASE("job submissions are idempotent by submission id, live jobs are not de
                                   std::string(R"({"entrypoint": []})"), std::string(R"({"entrypoint": ["x"], "max_attempts": "2"})"),
                                   std::string(R"({"entrypoint": ["x"], "env": {"TROUPE_JOB_ID": "9"}})"),
                                   std::string(R"({"entrypoint": ["x"], "entrypoint_resources": "CPU=lots"})"),
-                                  std::string(R"({"entrypoint": ["x"], "package": "abc"})"), std::string("[1,2]")}) {
+                                  std::string(R"({"entrypoint": ["x"], "package": "abc"})"), std::string("[1,2]"),
+                                  std::string(R"({"entrypoint": ["x"], "max_attempts": 2.9})"),
+                                  std::string(R"({"entrypoint": ["x"], "max_attempts": -1})"),
+                                  std::string(R"({"entrypoint": ["x"], "max_attempts": 4294967297})"),
+                                  std::string(R"({"entrypoint": ["x"], "submission_id": "3"})"),
+                                  std::string(R"({"entrypoint": ["x"], "submission_id": "a/b"})")}) {
     auto res = head_http(c, "POST", "/api/v1/jobs", body, c.token());
     CHECK_MESSAGE(res.status == 400, body);
     CHECK(json::parse(res.body, nullptr, false).contains("error"));

@@ -19,8 +19,15 @@ namespace troupe::control {
 // naming what could not be read or written.
 void pack_directory(const std::string& dir, const std::string& out);
 
-// Checks every entry of the archive at `path` (see above) and that its unpacked size stays under
-// `max_unpacked` bytes. ControlCode::BadRequest naming the entry and what is wrong with it.
+// The node daemon's record of the package a job's directory holds: no package may have an entry
+// of that name (a symlink there would have the daemon write through it).
+inline constexpr const char* kUnpackedMarker = ".troupe-package";
+// Entries an archive may hold at most (a small archive of empty headers would loop for hours).
+inline constexpr std::uint64_t kMaxPackageEntries = 200000;
+
+// Checks every entry of the archive at `path` (see above), that it has at most kMaxPackageEntries
+// and that its unpacked size stays under `max_unpacked` bytes; an archive is plain tar or gzip'd.
+// ControlCode::BadRequest naming the entry and what is wrong with it.
 Status check_package(const std::string& path, std::uint64_t max_unpacked);
 
 // check_package, then unpacks into `dest` (created if missing). On an error `dest` may hold part

@@ -4,10 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -164,12 +166,25 @@ Result<T> read_field(const nlohmann::json& body, const char* key, std::optional<
     if (fallback) return *std::move(fallback);
     return Error{ControlCode::BadRequest, std::string("missing field '") + key + "'"};
   }
+  // A wrong type is named by its type's name, not its text: that could be megabytes, or nest deep
+  // enough that printing it overflowed the stack.
+  const auto wrong = [&] { return Error{ControlCode::BadRequest, std::string("field '") + key + "' has the wrong type: " + it->type_name()}; };
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {   // whole and in range: nlohmann would floor 2.9 and wrap -1
+    if (!it->is_number_integer()) return wrong();
+    if constexpr (std::is_unsigned_v<T>) {
+      if (!it->is_number_unsigned() || it->template get<std::uint64_t>() > std::uint64_t(std::numeric_limits<T>::max()))
+        return Error{ControlCode::BadRequest, std::string("field '") + key + "' is out of range: " + it->dump()};
+    } else {
+      const bool fits = it->is_number_unsigned() ? it->template get<std::uint64_t>() <= std::uint64_t(std::numeric_limits<T>::max())
+                                                 : it->template get<std::int64_t>() >= std::int64_t(std::numeric_limits<T>::min()) &&
+                                                       it->template get<std::int64_t>() <= std::int64_t(std::numeric_limits<T>::max());
+      if (!fits) return Error{ControlCode::BadRequest, std::string("field '") + key + "' is out of range: " + it->dump()};
+    }
+  }
   try {
     return it->template get<T>();
   } catch (const nlohmann::json::exception&) {
-    // Its type's name, not its text: that could be megabytes, or nest deep enough that printing it
-    // overflowed the stack.
-    return Error{ControlCode::BadRequest, std::string("field '") + key + "' has the wrong type: " + it->type_name()};
+    return wrong();
   }
 }
 

@@ -73,8 +73,11 @@ class HttpServer {
   // Binds and starts accepting. port 0 picks a free port. Throws std::runtime_error if the
   // address cannot be bound. A request whose path starts with one of `streamed` is handed over
   // with its body unread (HttpRequest::body_reader); any other body is read whole, up to 64 MiB.
+  // With a `token`, a request whose bearer token does not match it is answered 401 as soon as its
+  // header is read, its body unread and its connection closed: a client without the token makes
+  // the server hold no body (the handler still sees only requests that carried it).
   HttpServer(const std::string& bind, std::uint16_t port, HttpHandler handler,
-             std::vector<std::string> streamed = {});
+             std::vector<std::string> streamed = {}, std::string token = "");
   ~HttpServer();   // stop()
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
