@@ -168,7 +168,7 @@ struct PlacementConfig {
   // nodes (run.run_dir must then be a path every node sees).
   // Measured on 2026-12-05 (rl_step, 200 DPO steps a run): with the reference and the verifier in
   // workers of their own, 1.00-1.24 x the plain loop (13 runs, median 1.15); with this layout
-  // 0.96-1.17 (12 runs, median 1.10): a cross-process call fewer a step, and the reference's pass
+  // 0.96-1.17 (19 runs, median 1.08): a cross-process call fewer a step, and the reference's pass
   // and the trainer's step each ran faster beside each other than a process apart.
   bool worker_processes = false;
   // With worker_processes: the rule verifier in a worker process of its own, for a verifier heavy
