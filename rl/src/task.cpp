@@ -91,11 +91,11 @@ Dataset Dataset::make(const Task& task, std::size_t train_size, std::size_t held
 }
 
 std::vector<Problem> DataCursor::next(const std::vector<Problem>& set, std::size_t n) {
-  std::vector<Problem> out;
-  out.reserve(n);
   if (n == 0) return {};
   if (index < 0 || index >= std::int64_t(set.size()))   // a cursor restored over other data
     throw std::invalid_argument("DataCursor::next: index " + std::to_string(index) + " is outside a set of " + std::to_string(set.size()));
+  std::vector<Problem> out;
+  out.reserve(n);
   std::vector<std::size_t> order;
   std::int64_t order_epoch = -1;
   while (out.size() < n) {

@@ -48,9 +48,11 @@ StepRecord record_from_json_line(const std::string& line);   // throws on a malf
 class MetricsLog {
  public:
   // Opens `path` for appending. When keep_up_to >= 0, first drops records of later steps (a resumed
-  // run rewrites the steps after its checkpoint); otherwise starts the file afresh.
+  // run rewrites the steps after its checkpoint) and a torn last line (std::runtime_error naming
+  // the line for a bad one before it); otherwise starts the file afresh. The kept lines replace
+  // the file by a rename.
   MetricsLog(std::string path, std::int64_t keep_up_to = -1);
-  void write(const StepRecord& r);   // flushed at once
+  void write(const StepRecord& r);   // flushed at once; std::runtime_error when the write fails (a full disk)
   const std::string& path() const { return path_; }
 
  private:
