@@ -164,9 +164,10 @@ int job_list(const CommonFlags& f, bool as_json) {
       entry += a.get<std::string>();
     }
     if (entry.size() > 26) entry = entry.substr(0, 23) + "...";
-    std::cout << std::setw(6) << text(j["id"]) << std::setw(16) << text(j["name"]) << std::setw(11) << text(j["state"])
-              << std::setw(9) << (text(j["attempts"]) + "/" + text(j["max_attempts"])) << std::setw(6) << text(j["node"])
-              << std::setw(28) << entry << text(j["message"]) << "\n";
+    auto field = [&](const char* key) { return text(j.value(key, json())); };   // a server's reply may lack any of them
+    std::cout << std::setw(6) << field("id") << std::setw(16) << field("name") << std::setw(11) << field("state")
+              << std::setw(9) << (field("attempts") + "/" + field("max_attempts")) << std::setw(6) << field("node")
+              << std::setw(28) << entry << field("message") << "\n";
   }
   return 0;
 }

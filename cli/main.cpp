@@ -11,6 +11,7 @@
 //   troupe job status ID [--json] | list [--json] | logs ID [-f] | stop ID [--grace-s S] | delete ID
 //   troupe job scale ID GROUP (--replicas N | --min A --max B)
 #include <CLI/CLI.hpp>
+#include <arpa/inet.h>
 
 #include <algorithm>
 #include <cmath>
@@ -76,7 +77,16 @@ int main(int argc, char** argv) {
   s->add_flag("--head", start.head, "Start the head (and a node daemon) on this machine");
   s->add_option("--address", start.address, "HOST:PORT of the head to join");
   s->add_option("--port", start.port, "Head port (default 6380; 0 picks a free one)")->check(CLI::Range(0, 65535));
-  s->add_option("--bind", start.bind, "Address to listen on (default 127.0.0.1)");
+  s->add_option("--bind", start.bind, "Address to listen on (default 127.0.0.1)")
+      ->check(CLI::Validator(
+          [](std::string& a) {   // a node's workers listen there: checked now, not when each fails to
+            in_addr v4{};
+            in6_addr v6{};
+            return ::inet_pton(AF_INET, a.c_str(), &v4) == 1 || ::inet_pton(AF_INET6, a.c_str(), &v6) == 1
+                       ? std::string()
+                       : "'" + a + "' is not an IP address";
+          },
+          "IP"));
   s->add_option("--resources", start.resources, "e.g. CPU=2,memory=8G,GPU=1 (default: detected)");
   s->add_option("--node-timeout-ms", start.node_timeout_ms, "Head: a node silent this long is dead")
       ->check(CLI::Range(200, 600000));

@@ -71,7 +71,7 @@ void print_table(const json& s) {
     std::string bundles;
     for (const auto& b : g.at("bundles")) {
       bundles += (bundles.empty() ? "" : "  ") + b.value("resources", "") + "@" +
-                 (b["node"].is_null() ? std::string("-") : std::to_string(b["node"].get<std::uint64_t>()));
+                 (b.value("node", json()).is_number_unsigned() ? std::to_string(b["node"].get<std::uint64_t>()) : std::string("-"));
     }
     std::cout << std::setw(6) << g.value("id", 0) << std::setw(15) << g.value("strategy", "") << std::setw(14)
               << g.value("state", "") << bundles << "\n";

@@ -304,6 +304,9 @@ TEST_CASE("job submissions are idempotent by submission id, live jobs are not de
   auto octal = itest::run({TROUPE_CLI, "node", "drain", "010", "--address", c.address(), "--token", c.token()});
   CHECK(octal.status != 0);
   CHECK(octal.output.find("not a decimal number") != std::string::npos);
+  auto bogus_bind = itest::run({TROUPE_CLI, "start", "--address", c.address(), "--token", c.token(), "--bind", "bogus"});
+  CHECK(bogus_bind.status != 0);   // refused before it joins: its workers would each fail to listen there
+  CHECK(bogus_bind.output.find("not an IP address") != std::string::npos);
 
   // Malformed bodies: 400 with a JSON error; nothing stored changes.
   const auto before = c.job({"list", "--json"}).output;
