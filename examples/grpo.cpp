@@ -5,7 +5,9 @@
 // Settings: RunConfig::demo() (also shipped as examples/configs/grpo.toml), then a --config FILE's
 // keys, then each --set KEY=VALUE, then the flags below; --troupe-* flags configure the runtime.
 #include <cmath>
+#include <cstdint>
 #include <iostream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -56,7 +58,8 @@ troupe::rl::RunConfig parse(int argc, char** argv) {
   app.add_option("--heads", c.model.policy.heads, "attention heads");
   app.add_option("--eval-every", c.run.eval_every, "held-out evaluation period (steps)");
   app.add_option("--checkpoint-every", c.run.checkpoint_every, "checkpoint period (steps; 0: at the end)");
-  app.add_option("--seed", c.run.seed, "run seed");
+  app.add_option("--seed", c.run.seed, "run seed")   // as a TOML integer can hold it (the run dir's config.toml reads back)
+      ->check(CLI::Range(std::uint64_t(0), std::uint64_t(std::numeric_limits<std::int64_t>::max())));
   int threads = c.placement.trainer_threads;
   auto* threads_flag = app.add_option("--threads", threads, "libtorch intra-op threads of each compute actor");
   app.add_option("--run-dir", c.run.run_dir, "output directory (metrics, plot, checkpoints)");
