@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 
+#include <condition_variable>
 #include <cstdio>
 #include <limits>
 #include <algorithm>
@@ -184,27 +185,36 @@ struct HttpServer::Impl {
   HttpHandler handler;
   std::vector<std::string> streamed;
   std::string token;   // "": the handler checks what it needs
+  std::chrono::milliseconds header_deadline{0};
   std::atomic<bool> stopping{false};
   std::thread accept_thread;
   struct Connection {
     std::shared_ptr<tcp::socket> socket;
     std::thread thread;
     std::atomic<bool> done{false};
+    // While it waits for a request's header: when that must be in (steady clock, ns); 0 otherwise.
+    std::atomic<std::int64_t> header_due{0};
   };
   std::mutex mu;
   std::list<Connection> connections;   // joined when done (by the accept loop) or at stop
+  // The watchdog: closes the connections whose header is overdue (each read is bounded by
+  // kIdleTimeout, a trickle of bytes is not).
+  std::condition_variable watchdog_cv;
+  std::thread watchdog;
 
   void accept_loop();
+  void watchdog_loop();
   void reap_finished();
-  void serve(std::shared_ptr<tcp::socket> sock);
+  void serve(std::shared_ptr<tcp::socket> sock, std::atomic<std::int64_t>& header_due);
 };
 
 HttpServer::HttpServer(const std::string& bind, std::uint16_t port, HttpHandler handler, std::vector<std::string> streamed,
-                       std::string token)
+                       std::string token, std::chrono::milliseconds header_deadline)
     : impl_(std::make_unique<Impl>()) {
   impl_->handler = std::move(handler);
   impl_->streamed = std::move(streamed);
   impl_->token = std::move(token);
+  impl_->header_deadline = header_deadline;
   beast::error_code ec;
   tcp::endpoint ep{net::ip::make_address(bind, ec), port};
   if (ec) throw std::runtime_error("bad bind address '" + bind + "': " + ec.message());
@@ -215,6 +225,7 @@ HttpServer::HttpServer(const std::string& bind, std::uint16_t port, HttpHandler 
   if (ec) throw std::runtime_error("cannot listen on " + bind + ":" + std::to_string(port) + ": " + ec.message());
   port_ = impl_->acceptor.local_endpoint().port();
   impl_->accept_thread = std::thread([this] { impl_->accept_loop(); });
+  impl_->watchdog = std::thread([this] { impl_->watchdog_loop(); });
 }
 
 HttpServer::~HttpServer() { stop(); }
@@ -235,9 +246,25 @@ void HttpServer::Impl::accept_loop() {
     Connection& c = connections.emplace_back();
     c.socket = sock;
     c.thread = std::thread([this, sock, &c] {
-      serve(sock);
+      serve(sock, c.header_due);
       c.done = true;
     });
+  }
+}
+
+void HttpServer::Impl::watchdog_loop() {
+  const auto period = std::clamp<std::chrono::milliseconds>(header_deadline / 4, std::chrono::milliseconds(50), std::chrono::seconds(1));
+  std::unique_lock lk(mu);
+  while (!stopping) {
+    watchdog_cv.wait_for(lk, period);
+    const std::int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+    for (auto& c : connections) {
+      const std::int64_t due = c.header_due.load();
+      if (due != 0 && now > due && !c.done) {
+        c.header_due = 0;
+        ::shutdown(c.socket->native_handle(), SHUT_RDWR);   // its blocked read fails; serve() ends
+      }
+    }
   }
 }
 
@@ -254,7 +281,7 @@ void HttpServer::Impl::reap_finished() {
   for (auto& c : finished) c.thread.join();
 }
 
-void HttpServer::Impl::serve(std::shared_ptr<tcp::socket> sock) {
+void HttpServer::Impl::serve(std::shared_ptr<tcp::socket> sock, std::atomic<std::int64_t>& header_due) {
   beast::error_code ec;
   auto remote = sock->remote_endpoint(ec);
   std::string peer = ec ? "?" : remote.address().to_string() + ":" + std::to_string(remote.port());
@@ -263,7 +290,9 @@ void HttpServer::Impl::serve(std::shared_ptr<tcp::socket> sock) {
   while (!stopping) {
     bhttp::request_parser<bhttp::empty_body> head;
     head.body_limit(kNoLimit);   // bounded below, by what reads the body
+    header_due = (std::chrono::steady_clock::now() + header_deadline).time_since_epoch().count();
     bhttp::read_header(*sock, buf, head, ec);
+    header_due = 0;
     if (ec) {
       if (ec != bhttp::error::end_of_stream && ec != net::error::eof && !stopping) {
         spdlog::debug("http: dropped connection from {}: {}", peer, ec.message());
@@ -355,6 +384,11 @@ void HttpServer::stop() {
     }
   }
   if (impl_->accept_thread.joinable()) impl_->accept_thread.join();
+  {
+    std::lock_guard lk(impl_->mu);   // stopping is set: the watchdog ends at its next look
+  }
+  impl_->watchdog_cv.notify_all();
+  if (impl_->watchdog.joinable()) impl_->watchdog.join();
   impl_->acceptor.close(ec);
   std::list<Impl::Connection> all;
   {

@@ -109,6 +109,30 @@ TEST_CASE("the head refuses calls without the cluster token") {
   CHECK(std::string(answer).rfind("HTTP/1.1 401", 0) == 0);
 }
 
+TEST_CASE("an HTTP request's header must be in by its deadline, however slowly it trickles; a whole one is served") {
+  net::HttpServer server("127.0.0.1", 0, [](const net::HttpRequest&) { return net::HttpResponse{200, "{}"}; }, {}, "",
+                         std::chrono::milliseconds(300));
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_port = htons(server.port());
+  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0);
+  timeval five{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &five, sizeof five);
+  const auto start = std::chrono::steady_clock::now();
+  const std::string part = "GET /x HTTP/1.1\r\nHo";   // and nothing more: each read alone would wait 120 s
+  REQUIRE(::send(fd, part.data(), part.size(), MSG_NOSIGNAL) == ssize_t(part.size()));
+  char byte = 0;
+  const auto got = ::recv(fd, &byte, 1, 0);
+  const auto waited = std::chrono::steady_clock::now() - start;
+  ::close(fd);
+  CHECK(got <= 0);   // closed (0) or reset (-1), not answered
+  CHECK(waited < std::chrono::seconds(4));
+  CHECK(net::http_call("127.0.0.1", server.port(), "GET", "/x", "", "", std::chrono::seconds(5)).status == 200);
+}
+
 TEST_CASE("bad bodies and bad hellos are refused with a reason and change nothing") {
   TempDir dir;
   control::Head head(head_config(dir.path));

@@ -75,9 +75,12 @@ class HttpServer {
   // with its body unread (HttpRequest::body_reader); any other body is read whole, up to 64 MiB.
   // With a `token`, a request whose bearer token does not match it is answered 401 as soon as its
   // header is read, its body unread and its connection closed: a client without the token makes
-  // the server hold no body (the handler still sees only requests that carried it).
+  // the server hold no body (the handler still sees only requests that carried it). A request's
+  // header must be in within `header_deadline` of the connection's readiness for it (its accept,
+  // or the previous answer), however it trickles in; past it the connection is closed.
   HttpServer(const std::string& bind, std::uint16_t port, HttpHandler handler,
-             std::vector<std::string> streamed = {}, std::string token = "");
+             std::vector<std::string> streamed = {}, std::string token = "",
+             std::chrono::milliseconds header_deadline = std::chrono::seconds(120));
   ~HttpServer();   // stop()
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
