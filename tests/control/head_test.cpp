@@ -109,7 +109,7 @@ TEST_CASE("the head refuses calls without the cluster token") {
   CHECK(std::string(answer).rfind("HTTP/1.1 401", 0) == 0);
 }
 
-TEST_CASE("an HTTP request's header must be in by its deadline, however slowly it trickles; a whole one is served") {
+TEST_CASE("an HTTP request's header must be in by its deadline, however slowly it trickles, and a whole one is served") {
   net::HttpServer server("127.0.0.1", 0, [](const net::HttpRequest&) { return net::HttpResponse{200, "{}"}; }, {}, "",
                          std::chrono::milliseconds(300));
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
