@@ -57,7 +57,6 @@ const json& events_of(const json& body) {
   return *it;
 }
 
-
 long wait_ms_of(const net::HttpRequest& req) {
   auto it = req.query.find("wait_ms");
   if (it == req.query.end()) return 0;
