@@ -233,6 +233,14 @@ net::HttpResponse Head::route_jobs(const net::HttpRequest& req, const std::strin
 net::HttpResponse Head::submit_job(const json& body) {
   auto spec = JobSpec::from_json(body);
   if (!spec.ok()) return error_reply(spec.error());
+  // A new submission id names the job in URLs and in `troupe job stop REF`, where digits alone read
+  // as a job id. Checked here, not in from_json: a store's older jobs keep theirs (the head loads them).
+  if (const std::string& sid = spec->submission_id; !sid.empty()) {
+    if (sid.find_first_not_of("0123456789") == std::string::npos)
+      return error_reply(400, "submission_id '" + sid + "' is all digits: a job id reads so");
+    if (sid.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != std::string::npos)
+      return error_reply(400, "submission_id '" + sid + "' may hold letters, digits, '.', '_' and '-' only");
+  }
   std::error_code ec;
   if (!spec->package.empty() && !fs::exists(package_path(spec->package), ec)) {
     return error_reply(400, "package " + spec->package + " was not uploaded (PUT /api/v1/packages/" + spec->package + ")");

@@ -119,13 +119,6 @@ Result<JobSpec> JobSpec::from_json(const json& body) {
     if (k.rfind("TROUPE_", 0) == 0) return Error{ControlCode::BadRequest, "env may not set " + k + ": troupe sets it"};
   }
   if (s.submission_id.size() > 256) return Error{ControlCode::BadRequest, "submission_id is over 256 characters"};
-  // It names the job in URLs and in `troupe job stop REF`, where digits alone read as a job id.
-  if (!s.submission_id.empty()) {
-    if (s.submission_id.find_first_not_of("0123456789") == std::string::npos)
-      return Error{ControlCode::BadRequest, "submission_id '" + s.submission_id + "' is all digits: a job id reads so"};
-    if (s.submission_id.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != std::string::npos)
-      return Error{ControlCode::BadRequest, "submission_id '" + s.submission_id + "' may hold letters, digits, '.', '_' and '-' only"};
-  }
   auto parsed = placement::Resources::parse(resources);
   if (!parsed.ok()) return Error{ControlCode::BadRequest, "bad entrypoint_resources '" + resources + "': " + parsed.error().message};
   s.resources = *parsed;

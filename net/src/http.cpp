@@ -350,8 +350,8 @@ void HttpServer::Impl::serve(std::shared_ptr<tcp::socket> sock, std::atomic<std:
     }
     if (!send_response(*sock, out, version, reusable, stopping)) {
       // A body left unread (a refused upload, a request without the token): stop writing, then
-      // read and drop what the client still sends for a while (for one without the token, 2 s at
-      // most however slowly it sends), so that it reads the answer instead of a reset.
+      // read and drop what the client still sends for a while (for one without the token, reads
+      // begin for 2 s at most, each waiting up to 2 s), so that it reads the answer, not a reset.
       if ((streamed_body || unread_body) && !reusable) {
         sock->shutdown(tcp::socket::shutdown_send, ec);
         set_socket_timeouts(sock->native_handle(), std::chrono::milliseconds(2000));
@@ -368,6 +368,7 @@ void HttpServer::Impl::serve(std::shared_ptr<tcp::socket> sock, std::atomic<std:
     }
   }
   sock->shutdown(tcp::socket::shutdown_both, ec);
+  std::lock_guard lk(mu);   // the watchdog and stop() shut sockets down under mu: never one closed (its fd reused) meanwhile
   sock->close(ec);
 }
 

@@ -167,7 +167,7 @@ void check_config(const RunConfig& c) {
   need(c.algo.steps >= 0, "algo.steps", ">= 0");
   need(c.algo.prompts_per_step >= 1, "algo.prompts_per_step", "at least 1");
   need(c.algo.group_size >= 1, "algo.group_size", "at least 1");
-  need(c.algo.temperature >= 0 && finite(c.algo.temperature), "algo.temperature", ">= 0 (0: greedy)");
+  need(c.algo.temperature > 0 && finite(c.algo.temperature), "algo.temperature", "> 0 (the trained log-likelihoods divide by it)");
   need(c.algo.top_p > 0 && c.algo.top_p <= 1, "algo.top_p", "in (0, 1]");
   need(c.algo.clip_eps > 0 && c.algo.clip_eps < 1, "algo.clip_eps", "in (0, 1)");
   need(c.algo.kl_coef >= 0 && finite(c.algo.kl_coef), "algo.kl_coef", ">= 0");

@@ -217,6 +217,7 @@ TEST_CASE("a resume over other data or with another seed is refused by name, bef
     saved.data = other.state().data;
   }
   saved.cursor.index = 92;   // past this run's 90 problems
+  saved.step = 3;
   const auto dir = checkpoint_dir(config.run.run_dir, 3);
   std::filesystem::create_directories(dir);
   save_run_state(dir, saved);
@@ -232,6 +233,7 @@ TEST_CASE("a resume over other data or with another seed is refused by name, bef
   };
   CHECK(refusal().find("other data or with another seed") != std::string::npos);
   CHECK(run.state().step == 0);   // nothing of the checkpoint was taken
+  CHECK(run.state().cursor.index == 0);
   saved.data.clear();             // an older checkpoint (no data key) with another seed
   saved.seed = config.run.seed + 1;
   save_run_state(dir, saved);

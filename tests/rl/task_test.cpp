@@ -109,7 +109,10 @@ TEST_CASE("the newest checkpoint is the highest step by number, and a run state 
     s.step = step;
     save_run_state(d, s);
   }
-  std::filesystem::create_directories(dir / "checkpoints" / "step-2000000.tmp");   // staging: never the newest
+  const auto staging = dir / "checkpoints" / "step-2000000.tmp";   // written whole, not yet renamed: never the newest
+  std::filesystem::create_directories(staging);
+  s.step = 2000000;
+  save_run_state(staging.string(), s);
   const auto newest = latest_checkpoint(dir.string());
   REQUIRE(newest.has_value());
   CHECK(std::filesystem::path(*newest).filename() == "step-1000000");
