@@ -351,6 +351,25 @@ TEST_CASE("a store another version wrote, or a file that is no database, is refu
   CHECK(std::filesystem::file_size(path) == before);
 }
 
+TEST_CASE("a head starts on a store whose jobs kept submission ids that new submits may not use") {
+  TempDir dir;
+  {   // as an earlier version stored it: a submission id of digits alone
+    auto store = control::open_sqlite_store((std::filesystem::path(dir.path) / "store.db").string());
+    control::JobRecord j;
+    j.id = 1;
+    j.spec.entrypoint = {"true"};
+    j.spec.submission_id = "42";
+    j.state = control::JobState::Succeeded;
+    store->put_job(j);
+  }
+  control::Head head(head_config(dir.path));
+  auto old = call(head, "GET", "/api/v1/jobs/42", "");   // no job 42: the submission id names job 1
+  REQUIRE(old.status == 200);
+  CHECK(json::parse(old.body).value("id", std::uint64_t{0}) == 1);
+  CHECK(json::parse(old.body).value("submission_id", "") == "42");
+  CHECK(call(head, "POST", "/api/v1/jobs", R"({"entrypoint":["true"],"submission_id":"43"})").status == 400);
+}
+
 TEST_CASE("a head started on the store another head wrote finds the same nodes, actors and groups") {
   TempDir dir;
   json before;
