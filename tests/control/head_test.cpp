@@ -79,6 +79,24 @@ bool status_until(const control::Head& h, Pred pred) {
   return false;
 }
 
+// A plain TCP connection to 127.0.0.1:port, each recv bounded by `recv_timeout`, for requests no
+// HTTP client sends (a header alone, one trickling in); -1 when it cannot connect.
+int raw_connection(std::uint16_t port, std::chrono::microseconds recv_timeout) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_port = htons(port);
+  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&at), sizeof at) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  timeval tv{time_t(recv_timeout.count() / 1000000), suseconds_t(recv_timeout.count() % 1000000)};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
 }  // namespace
 
 TEST_CASE("the head refuses calls without the cluster token") {
@@ -92,15 +110,8 @@ TEST_CASE("the head refuses calls without the cluster token") {
   // A request without the token is answered once its header is in, its body never read: a header
   // announcing 60 MB and no body gets its 401 now (the server no longer waits for what it would
   // refuse: up to 120 s for the next byte, and 64 MiB kept per connection).
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int fd = raw_connection(head.port(), std::chrono::seconds(5));
   REQUIRE(fd >= 0);
-  sockaddr_in at{};
-  at.sin_family = AF_INET;
-  at.sin_port = htons(head.port());
-  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0);
-  timeval five{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &five, sizeof five);
   const std::string request = "POST /api/v1/actors HTTP/1.1\r\nHost: x\r\nContent-Length: 60000000\r\n\r\n";
   REQUIRE(::send(fd, request.data(), request.size(), MSG_NOSIGNAL) == ssize_t(request.size()));
   char answer[256] = {};
@@ -113,15 +124,8 @@ TEST_CASE("the head refuses calls without the cluster token") {
 TEST_CASE("an HTTP request's header must be in by its deadline, however slowly it trickles, and a whole one is served") {
   net::HttpServer server("127.0.0.1", 0, [](const net::HttpRequest&) { return net::HttpResponse{200, "{}"}; }, {}, "",
                          std::chrono::milliseconds(300));
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int fd = raw_connection(server.port(), std::chrono::milliseconds(100));
   REQUIRE(fd >= 0);
-  sockaddr_in at{};
-  at.sin_family = AF_INET;
-  at.sin_port = htons(server.port());
-  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0);
-  timeval tick{0, 100000};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tick, sizeof tick);
   const auto start = std::chrono::steady_clock::now();
   // A header begun, then a byte every 100 ms: each read gets its byte in time, the whole never
   // ends. The server must close it near its 300 ms deadline; a bound on each read alone never would.
