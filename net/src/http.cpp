@@ -57,6 +57,13 @@ std::string url_decode(std::string_view s) {
   return out;
 }
 
+// The request's bearer token ("" when it carries none).
+template <class Header>
+std::string bearer_of(const Header& req) {
+  auto auth = req[bhttp::field::authorization];
+  return auth.starts_with("Bearer ") ? std::string(auth.substr(7)) : std::string();
+}
+
 template <class Header>
 HttpRequest to_request(const Header& req, const std::string& peer) {
   HttpRequest r;
@@ -74,8 +81,7 @@ HttpRequest to_request(const Header& req, const std::string& peer) {
       rest = amp == std::string_view::npos ? std::string_view{} : rest.substr(amp + 1);
     }
   }
-  auto auth = req[bhttp::field::authorization];
-  if (auth.starts_with("Bearer ")) r.bearer = std::string(auth.substr(7));
+  r.bearer = bearer_of(req);
   r.peer = peer;
   return r;
 }
@@ -318,7 +324,7 @@ void HttpServer::Impl::serve(std::shared_ptr<tcp::socket> sock, std::atomic<std:
         spdlog::error("http: handler failed for {} {}: {}", method, target, e.what());
       }
     };
-    if (!token.empty() && !token_matches(to_request(head.get(), peer).bearer, token)) {
+    if (!token.empty() && !token_matches(bearer_of(head.get()), token)) {
       spdlog::warn("http: refused {} {} from {}: missing or wrong cluster token", method, path, peer);
       out = HttpResponse{401, R"({"error":"missing or wrong cluster token"})"};
       reusable = false;
