@@ -80,7 +80,7 @@ troupe::rl::RunConfig parse(int argc, char** argv) {
   const auto extra = app.remaining();   // the runtime's flags (troupe::init read them) and their values; nothing else
   for (std::size_t i = 0; i < extra.size(); ++i) {
     const std::string& a = extra[i];
-    if (a == "--address" || a.rfind("--troupe-", 0) == 0) {
+    if (troupe::rl::is_runtime_flag(a)) {
       if (a.find('=') == std::string::npos) ++i;
       continue;
     }

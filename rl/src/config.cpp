@@ -177,6 +177,11 @@ std::string ConfigSchema::to_toml() const {
   return out.str();
 }
 
+bool is_runtime_flag(const std::string& arg) {
+  const std::string name = arg.substr(0, arg.find('='));
+  return name == "--address" || name.rfind("--troupe-", 0) == 0;
+}
+
 void apply_command_line(ConfigSchema& schema, int argc, const char* const* argv) {
   std::string file;
   std::vector<std::string> sets;
@@ -200,7 +205,7 @@ void apply_program_command_line(ConfigSchema& schema, int argc, const char* cons
   std::vector<std::pair<std::string, std::string>> given;   // (key, value) of the program's flags
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--config" || a == "--set" || a == "--address" || a.rfind("--troupe-", 0) == 0) {   // a value follows
+    if (a == "--config" || a == "--set" || is_runtime_flag(a)) {   // a value follows
       if (a.find('=') == std::string::npos) ++i;
       continue;
     }
@@ -228,7 +233,7 @@ bool parse_program_command_line(const std::string& program, ConfigSchema& schema
     rest.push_back(argv[i]);
     // A value is never read as --help or --print-config (`--run-dir --help` names a directory).
     const bool takes_value = a.find('=') == std::string::npos &&
-                             (a == "--config" || a == "--set" || a == "--address" || a.rfind("--troupe-", 0) == 0 || flags.count(a) > 0);
+                             (a == "--config" || a == "--set" || is_runtime_flag(a) || flags.count(a) > 0);
     if (takes_value && i + 1 < argc) rest.push_back(argv[++i]);
   }
   if (help) {

@@ -50,6 +50,11 @@ class ConfigSchema {
 // RunConfig's keys, in five parts: task.*, model.*, algo.* (SFT and the algorithm), run.*, placement.*.
 ConfigSchema run_config_schema(RunConfig& config);
 
+// Whether `arg` names one of the runtime's flags (troupe::init reads them: --address, --troupe-*),
+// each of which takes a value: the next argument, unless given as --flag=VALUE. A program's own
+// parser passes them by.
+bool is_runtime_flag(const std::string& arg);
+
 // A program's command line applied to `schema`: "--config FILE" first, then each "--set KEY=VALUE"
 // in order (also "--config=FILE", "--set=KEY=VALUE"); other arguments are left for the program.
 // Throws std::invalid_argument as load_file and set do, and for a second --config or a --config or
