@@ -85,11 +85,19 @@ int main(int argc, char** argv) {
     std::cerr << "reward_model: --lm-coef and --weight-decay must be >= 0\n";
     return 2;
   }
-  if (s.steps < 1 || s.pairs_per_step < 1 || s.eval_every < 1 || s.group < 2 || s.per_prompt < 1 || s.sample_prompts < 1 ||
-      s.heldout < 1 || s.sft_steps < 0 || s.threads < 1 || !(s.lr > 0)) {
-    std::cerr << "reward_model: --steps, --pairs-per-step, --eval-every, --pairs-per-prompt, --sample-prompts, --heldout-size "
-                 "and --threads must be at least 1, --group at least 2, --sft-steps >= 0 and --lr > 0\n";
-    return 2;
+  for (const auto& [ok, rule] : {std::pair{s.steps >= 1, "--steps must be at least 1"},
+                                  std::pair{s.pairs_per_step >= 1, "--pairs-per-step must be at least 1"},
+                                  std::pair{s.eval_every >= 1, "--eval-every must be at least 1"},
+                                  std::pair{s.group >= 2, "--group must be at least 2"},
+                                  std::pair{s.per_prompt >= 1, "--pairs-per-prompt must be at least 1"},
+                                  std::pair{s.sample_prompts >= 1, "--sample-prompts must be at least 1"},
+                                  std::pair{s.heldout >= 1, "--heldout-size must be at least 1"},
+                                  std::pair{s.sft_steps >= 0, "--sft-steps must be >= 0"},
+                                  std::pair{s.threads >= 1, "--threads must be at least 1"}, std::pair{s.lr > 0, "--lr must be > 0"}}) {
+    if (!ok) {
+      std::cerr << "reward_model: " << rule << "\n";
+      return 2;
+    }
   }
   const auto start = std::chrono::steady_clock::now();
   try {
