@@ -29,7 +29,7 @@ namespace troupe::detail {
 // A call of this process gets an expected reply time (its waiter's window, StateBase::wait_until)
 // only when its method runs at least this long on its host: a shorter one's reply comes within the
 // waiter's first spin. The host times (two clock reads) a method's first call, one call in 1,024
-// after, and every call once one has run this long (actor_host.cpp, HostState::times).
+// after, and every call once one has run this long (actor_host.cpp, HostState::timed).
 inline constexpr std::chrono::microseconds kLocalExpectFrom{20};
 
 // The table's dependencies, injected: tests pass a manual timer and a counting release.
