@@ -21,10 +21,15 @@ NamedRegistry<ModelFactory>& registry() {
   return r;
 }
 
-// The tensor named `name` in `tensors`, checked against `like` (f32, same shape).
+// The tensor named `name` in `tensors`, checked against `like` (f32, same shape). A name given
+// twice is refused: which one was meant is not known.
 at::Tensor checked_tensor(const NamedTensors& tensors, const std::string& name, const at::Tensor& like) {
   const TensorView* found = nullptr;
-  for (auto& [n, t] : tensors) if (n == name) found = &t;
+  for (auto& [n, t] : tensors) {
+    if (n != name) continue;
+    if (found != nullptr) throw std::invalid_argument("model weights: parameter '" + name + "' is given twice");
+    found = &t;
+  }
   if (found == nullptr) throw std::invalid_argument("model weights: missing parameter '" + name + "'");
   if (found->dtype != DType::F32) throw std::invalid_argument("model weights: '" + name + "' is not f32");
   if (found->shape != std::vector<std::int64_t>(like.sizes().begin(), like.sizes().end()))
@@ -79,10 +84,21 @@ void Model::set_requires_grad(bool on) {
   for (auto& [name, t] : params_) t.requires_grad_(on);
 }
 
-void Model::load(const NamedTensors& tensors) {
+std::vector<at::Tensor> Model::checked(const NamedTensors& tensors) const {
   check_count(tensors, params_.size());
+  std::vector<at::Tensor> out;
+  out.reserve(params_.size());
+  for (auto& [name, p] : params_) out.push_back(checked_tensor(tensors, name, p));
+  return out;
+}
+
+void Model::check(const NamedTensors& tensors) const { (void)checked(tensors); }
+
+// Every tensor checked before any is copied: a file that does not fit changes nothing.
+void Model::load(const NamedTensors& tensors) {
+  const auto from = checked(tensors);
   at::NoGradGuard no_grad;
-  for (auto& [name, p] : params_) p.copy_(checked_tensor(tensors, name, p));
+  for (std::size_t i = 0; i < params_.size(); ++i) params_[i].second.copy_(from[i]);
 }
 
 void Model::adopt(const NamedTensors& tensors) {
@@ -93,8 +109,8 @@ void Model::adopt(const NamedTensors& tensors) {
 }
 
 std::vector<std::string> Model::load_trunk(const NamedTensors& tensors) {
-  at::NoGradGuard no_grad;
   std::vector<std::string> kept;
+  std::vector<std::pair<std::size_t, at::Tensor>> from;   // all checked before any is copied, as in load
   for (std::size_t i = 0; i < params_.size(); ++i) {
     auto& [name, p] = params_[i];
     const bool head = !config_.scalar_heads.empty() && i >= first_head_;
@@ -104,8 +120,10 @@ std::vector<std::string> Model::load_trunk(const NamedTensors& tensors) {
       if (kept.empty() || kept.back() != h) kept.push_back(h);
       continue;
     }
-    p.copy_(checked_tensor(tensors, name, p));
+    from.emplace_back(i, checked_tensor(tensors, name, p));
   }
+  at::NoGradGuard no_grad;
+  for (auto& [i, t] : from) params_[i].second.copy_(t);
   return kept;
 }
 

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <stdexcept>
 
@@ -74,16 +75,42 @@ NamedTensors AdamW::state_views() const {
 
 std::map<std::string, std::string> AdamW::state_metadata() const { return {{"steps", std::to_string(steps_)}}; }
 
-void AdamW::load_state(const SafetensorsFile& file) {
-  at::NoGradGuard no_grad;
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    std::vector<std::int64_t> shape(params_[i].second.sizes().begin(), params_[i].second.sizes().end());
-    exp_avg_[i].copy_(from_view(file.require("exp_avg." + params_[i].first, shape)));
-    exp_avg_sq_[i].copy_(from_view(file.require("exp_avg_sq." + params_[i].first, shape)));
-  }
+// The step count and each parameter's two moments in `file`, checked: f32 with the parameter's
+// shape, finite, the second moment never negative, the count a whole number >= 0 (a count of -1
+// made the next step's bias correction divide by zero and every parameter NaN).
+AdamW::LoadedState AdamW::checked_state(const SafetensorsFile& file) const {
+  LoadedState s;
   auto it = file.metadata.find("steps");
   if (it == file.metadata.end()) throw std::invalid_argument("optimizer state has no 'steps'");
-  steps_ = std::stoll(it->second);
+  const std::string& text = it->second;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), s.steps);
+  if (ec != std::errc() || end != text.data() + text.size() || s.steps < 0)
+    throw std::invalid_argument("optimizer state: 'steps' is '" + text + "', not a whole number >= 0");
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    std::vector<std::int64_t> shape(params_[i].second.sizes().begin(), params_[i].second.sizes().end());
+    for (const bool second : {false, true}) {
+      const std::string name = (second ? "exp_avg_sq." : "exp_avg.") + params_[i].first;
+      const TensorView& v = file.require(name, shape);
+      if (v.dtype != DType::F32) throw std::invalid_argument("optimizer state: '" + name + "' is not f32");
+      at::Tensor t = from_view(v);
+      if (!at::isfinite(t).all().item<bool>()) throw std::invalid_argument("optimizer state: '" + name + "' is not finite");
+      if (second && t.lt(0).any().item<bool>()) throw std::invalid_argument("optimizer state: '" + name + "' is negative");
+      (second ? s.exp_avg_sq : s.exp_avg).push_back(std::move(t));
+    }
+  }
+  return s;
+}
+
+void AdamW::check_state(const SafetensorsFile& file) const { (void)checked_state(file); }
+
+void AdamW::load_state(const SafetensorsFile& file) {
+  LoadedState s = checked_state(file);   // all of it before any of it: a bad file changes nothing
+  at::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    exp_avg_[i].copy_(s.exp_avg[i]);
+    exp_avg_sq_[i].copy_(s.exp_avg_sq[i]);
+  }
+  steps_ = s.steps;
 }
 
 }  // namespace troupe::actors

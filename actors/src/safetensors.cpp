@@ -1,6 +1,11 @@
 #include "troupe/actors/safetensors.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -187,24 +192,58 @@ SafetensorsFile parse_safetensors(const std::vector<char>& bytes) {
   return file;
 }
 
+// Written to a file of its own beside `path` (a name no other writer, thread or process, uses),
+// flushed to the disk, then renamed over `path`: a reader, or a crash at any point, finds the old
+// file or the new one whole, never a torn one; the directory is synced after the rename (where the
+// file system allows), so the new name lasts too. On failure the temporary file is removed.
 void write_safetensors(const std::string& path, const NamedTensors& tensors, const std::map<std::string, std::string>& metadata) {
   auto bytes = serialize_safetensors(tensors, metadata);
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw SafetensorsError("cannot open '" + tmp + "' for writing");
-    f.write(bytes.data(), std::streamsize(bytes.size()));
-    if (!f) throw SafetensorsError("cannot write '" + tmp + "'");
+  static std::atomic<std::uint64_t> serial{0};
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(serial.fetch_add(1));
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (fd < 0) throw SafetensorsError("cannot create '" + tmp + "': " + std::strerror(errno));
+  const auto fail = [&](const std::string& what, int err, bool open) {
+    if (open) ::close(fd);
+    ::unlink(tmp.c_str());
+    throw SafetensorsError(what + ": " + std::strerror(err));
+  };
+  for (std::size_t done = 0; done < bytes.size();) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      fail("cannot write '" + tmp + "'", err, true);
+    }
+    done += std::size_t(n);
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw SafetensorsError("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    fail("cannot flush '" + tmp + "'", err, true);
+  }
+  if (::close(fd) != 0) {
+    const int err = errno;
+    fail("cannot close '" + tmp + "'", err, false);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    fail("cannot rename '" + tmp + "' to '" + path + "'", err, false);
+  }
+  const auto dir = std::filesystem::path(path).parent_path();
+  if (const int d = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); d >= 0) {
+    (void)::fsync(d);   // best effort: some file systems refuse a directory's fsync
+    ::close(d);
+  }
 }
 
 SafetensorsFile read_safetensors(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    throw SafetensorsError("cannot open '" + path + "': " + (ec ? ec.message() : std::string("not a regular file")));
+  }
   std::ifstream f(path, std::ios::binary | std::ios::ate);
   if (!f) throw SafetensorsError("cannot open '" + path + "'");
-  auto size = f.tellg();
+  const auto size = f.tellg();
+  if (size < 0) throw SafetensorsError("cannot read '" + path + "'");
   std::vector<char> bytes(static_cast<std::size_t>(size));
   f.seekg(0);
   f.read(bytes.data(), size);

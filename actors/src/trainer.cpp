@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <filesystem>
 #include <stdexcept>
@@ -39,6 +40,31 @@ struct Accumulated {
   std::map<std::string, double> metrics;
 };
 
+std::string shape_of(const at::Tensor& t) {
+  std::string s = "[";
+  for (std::int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+  return s + "]";
+}
+
+// A batch's tensors against its tokens [N, T]: the masks [N, T], every input's first dimension N.
+// Objectives and their kernels read them by the tokens' shape (a mask one column short would be
+// read past its end).
+void check_batch(const char* what, const at::Tensor& tokens, const at::Tensor& attn, const at::Tensor* loss_mask,
+                 const std::map<std::string, at::Tensor>& inputs) {
+  if (tokens.dim() != 2) throw std::invalid_argument(std::string(what) + ": tokens must be [N, T], not " + shape_of(tokens));
+  const auto same = [&](const at::Tensor& t, const char* name) {
+    if (t.sizes() != tokens.sizes())
+      throw std::invalid_argument(std::string(what) + ": " + name + " is " + shape_of(t) + ", the tokens " + shape_of(tokens));
+  };
+  same(attn, "attn_mask");
+  if (loss_mask != nullptr) same(*loss_mask, "loss_mask");
+  for (const auto& [k, t] : inputs) {
+    if (t.dim() < 1 || t.size(0) != tokens.size(0))
+      throw std::invalid_argument(std::string(what) + ": input '" + k + "' is " + shape_of(t) + ", not " +
+                                  std::to_string(tokens.size(0)) + " rows");
+  }
+}
+
 // Rows [begin, begin + n) of every batch tensor.
 ObjectiveInput slice_input(const TrainBatch& b, const std::map<std::string, at::Tensor>& inputs, std::int64_t begin,
                            std::int64_t n) {
@@ -66,6 +92,8 @@ TrainMetrics Trainer::train_step(TrainBatch batch) {
   const auto tokens = from_view(batch.tokens), attn = from_view(batch.attn_mask);
   std::map<std::string, at::Tensor> inputs;
   for (auto& [k, v] : batch.inputs) inputs[k] = from_view(v);
+  const auto loss_mask = from_view(batch.loss_mask);
+  check_batch("train_step", tokens, attn, &loss_mask, inputs);
   const std::int64_t n = tokens.size(0);
   const std::int64_t group = std::max<std::int64_t>(1, batch.row_group);
   if (n % group != 0) {
@@ -147,19 +175,49 @@ std::int64_t Trainer::publish_to(ActorRef<WeightStore> store) {
 
 std::int64_t Trainer::policy_version() { return impl_->version; }
 
+// Both files carry the version, so that a policy and optimizer state of two saves are not loaded
+// as one (each file is written whole, by rename, but not both at once).
 void Trainer::save_checkpoint(std::string dir) {
   std::filesystem::create_directories(dir);
-  write_safetensors(dir + "/policy.safetensors", impl_->policy->views(), {{"version", std::to_string(impl_->version)}});
-  write_safetensors(dir + "/optimizer.safetensors", impl_->optimizer.state_views(), impl_->optimizer.state_metadata());
+  const std::string version = std::to_string(impl_->version);
+  write_safetensors(dir + "/policy.safetensors", impl_->policy->views(), {{"version", version}});
+  auto optim_meta = impl_->optimizer.state_metadata();
+  optim_meta["version"] = version;
+  write_safetensors(dir + "/optimizer.safetensors", impl_->optimizer.state_views(), optim_meta);
 }
 
+namespace {
+
+// A checkpoint file's "version": absent 0 (weights saved without one), else a whole number >= 0.
+std::int64_t version_of(const SafetensorsFile& file, const std::string& path) {
+  auto it = file.metadata.find("version");
+  if (it == file.metadata.end()) return 0;
+  std::int64_t v = -1;
+  const std::string& text = it->second;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || v < 0)
+    throw std::invalid_argument(path + ": 'version' is '" + text + "', not a whole number >= 0");
+  return v;
+}
+
+}  // namespace
+
+// Everything checked before anything changes: a checkpoint that does not fit this trainer (another
+// model's shapes, a torn or mixed pair of files) leaves its weights, moments and version as they were.
 std::int64_t Trainer::load_checkpoint(std::string dir) {
-  auto policy = read_safetensors(dir + "/policy.safetensors");
-  auto optim = read_safetensors(dir + "/optimizer.safetensors");
+  const std::string policy_path = dir + "/policy.safetensors", optim_path = dir + "/optimizer.safetensors";
+  auto policy = read_safetensors(policy_path);
+  auto optim = read_safetensors(optim_path);
+  const std::int64_t version = version_of(policy, policy_path);
+  if (optim.metadata.count("version") != 0 && version_of(optim, optim_path) != version) {
+    throw std::invalid_argument(dir + ": policy.safetensors is version " + std::to_string(version) +
+                                ", optimizer.safetensors version " + optim.metadata.at("version") + ": not one checkpoint");
+  }
+  impl_->policy->check(policy.tensors);
+  impl_->optimizer.check_state(optim);
   impl_->policy->load(policy.tensors);
   impl_->optimizer.load_state(optim);
-  auto it = policy.metadata.find("version");
-  impl_->version = it == policy.metadata.end() ? 0 : std::stoll(it->second);
+  impl_->version = version;
   return impl_->version;
 }
 
@@ -169,6 +227,7 @@ TensorView Trainer::head_values(SequenceBatch batch, std::string head) {
   const ComputeScope scope(impl_->config.threads);
   at::NoGradGuard no_grad;
   const auto tokens = from_view(batch.tokens), attn = from_view(batch.attn_mask);
+  check_batch("head_values", tokens, attn, nullptr, {});
   auto out = impl_->policy->forward_outputs(tokens, positions_from_mask(attn), attn, /*logits=*/false);
   auto it = out.heads.find(head);
   if (it == out.heads.end()) throw std::invalid_argument("head_values: the model has no '" + head + "' head");
@@ -179,6 +238,8 @@ std::vector<std::string> Trainer::load_trunk_as(std::string path, std::string fi
   auto file = read_safetensors(path);
   if (!file_head.empty()) {   // the file must have that head; it becomes this model's `head`
     const std::string from = file_head + "_head.", to = head + "_head.";
+    if (from != to)   // the file's own `head`, if it has one, is not the one asked for
+      std::erase_if(file.tensors, [&](const auto& t) { return t.first.rfind(to, 0) == 0; });
     bool found = false;
     for (auto& [name, t] : file.tensors) {
       if (name.rfind(from, 0) != 0) continue;

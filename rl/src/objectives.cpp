@@ -25,9 +25,17 @@ at::Tensor with_gradient(const at::Tensor& x, const at::Tensor& value, const at:
 
 at::Tensor bytes_of(const at::Tensor& mask) { return mask.to(at::kByte).contiguous(); }
 
+// The kernels read `t` by `like`'s shape: it must be that shape (the trainer checks its batch;
+// these are public functions too).
+void same_shape(const at::Tensor& t, const at::Tensor& like, const char* fn, const char* name) {
+  if (t.sizes() != like.sizes()) throw std::invalid_argument(std::string(fn) + ": " + name + " must have logp's shape");
+}
+
 }  // namespace
 
 at::Tensor kl_k3(const at::Tensor& logp, const at::Tensor& ref_logp, const at::Tensor& mask) {
+  same_shape(ref_logp, logp, "kl_k3", "ref_logp");
+  same_shape(mask, logp, "kl_k3", "mask");
   auto lp = logp.detach().contiguous(), ref = ref_logp.to(at::kFloat).contiguous(), m = bytes_of(mask);
   auto value = at::empty_like(lp);
   kernels::KlOptions opts;   // k3, log-ratio clamp 20
@@ -42,6 +50,9 @@ at::Tensor kl_k3(const at::Tensor& logp, const at::Tensor& ref_logp, const at::T
 
 PolicyLoss clipped_policy_loss(const at::Tensor& logp, const at::Tensor& old_logp, const at::Tensor& advantages,
                                const at::Tensor& mask, double clip_eps) {
+  if (logp.dim() != 2) throw std::invalid_argument("clipped_policy_loss: logp must be [n, T]");
+  same_shape(old_logp, logp, "clipped_policy_loss", "old_logp");
+  same_shape(mask, logp, "clipped_policy_loss", "mask");
   const std::int64_t rows = logp.size(0), tokens = logp.size(1);
   auto lp = logp.detach().contiguous(), old = old_logp.to(at::kFloat).contiguous(), m = bytes_of(mask);
   auto adv = (advantages.dim() == 2 ? advantages.to(at::kFloat) : advantages.to(at::kFloat).view({rows, 1}).expand({rows, tokens}))

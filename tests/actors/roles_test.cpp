@@ -10,6 +10,7 @@
 #include "troupe/actors/reference.hpp"
 #include "troupe/actors/reward.hpp"
 #include "troupe/actors/rollout_engine.hpp"
+#include "troupe/actors/safetensors.hpp"
 #include "troupe/actors/tokenizer.hpp"
 #include "troupe/actors/trainer.hpp"
 
@@ -178,6 +179,109 @@ TEST_CASE("a trainer checkpoint restores weights, optimizer and version bit for 
   CHECK(ma.policy_version == mb.policy_version);
   CHECK(same_weights(a.weights(), b.weights()));
   std::filesystem::remove_all(dir);
+}
+
+// A checkpoint is checked whole before anything changes (actors/src/trainer.cpp): before, a
+// mismatch part-way through the copy left the weights half overwritten, and a later file's
+// failure left new weights with old moments.
+TEST_CASE("a checkpoint that does not fit the trainer changes nothing: another model's shapes, a mixed pair of files, a bad optimizer state") {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("troupe_trainer_bad_ckpt-" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  Trainer a(TrainerConfig{tiny_policy(), OptimConfig{}, 1});
+  for (int i = 0; i < 3; ++i) a.train_step(copy_batch(4));
+  a.save_checkpoint((root / "a").string());
+  a.train_step(copy_batch(4));
+  a.save_checkpoint((root / "a4").string());
+
+  // The twin c takes the same steps as b; b's refused loads must leave it c's equal.
+  PolicyConfig longer = tiny_policy();
+  longer.context = 24;   // pos_emb [24, d]: tok_emb fits, pos_emb does not
+  Trainer b(TrainerConfig{longer, OptimConfig{}, 1}), c(TrainerConfig{longer, OptimConfig{}, 1});
+  b.train_step(copy_batch(4));
+  c.train_step(copy_batch(4));
+  CHECK_THROWS_AS(b.load_checkpoint((root / "a").string()), std::invalid_argument);
+  CHECK(same_weights(b.weights(), c.weights()));
+  CHECK(b.policy_version() == 1);
+  CHECK(b.train_step(copy_batch(4)).loss == c.train_step(copy_batch(4)).loss);   // the moments too
+  CHECK(same_weights(b.weights(), c.weights()));
+
+  // policy.safetensors of step 3 with optimizer.safetensors of step 4: not one checkpoint.
+  fs::copy_file(root / "a4" / "optimizer.safetensors", root / "a" / "optimizer.safetensors", fs::copy_options::overwrite_existing);
+  Trainer d(TrainerConfig{tiny_policy(), OptimConfig{}, 1});
+  const Weights fresh = d.weights();
+  try {
+    d.load_checkpoint((root / "a").string());
+    FAIL("expected a refusal");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()).find("not one checkpoint") != std::string::npos);
+  }
+  CHECK(same_weights(d.weights(), fresh));
+  CHECK(d.policy_version() == 0);
+
+  // A step count of -1 (the next step's bias correction divided by zero: every weight NaN).
+  const auto optim_path = (root / "a4" / "optimizer.safetensors").string();
+  auto optim = read_safetensors(optim_path);
+  optim.metadata["steps"] = "-1";
+  write_safetensors(optim_path, optim.tensors, optim.metadata);
+  try {
+    d.load_checkpoint((root / "a4").string());
+    FAIL("expected a refusal");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()).find("'steps'") != std::string::npos);
+  }
+  CHECK(same_weights(d.weights(), fresh));
+  CHECK(d.policy_version() == 0);
+  fs::remove_all(root);
+}
+
+// load_trunk_as(path, "score", "value") on a file that has both heads: the file's score head
+// becomes the value head (before, the file's own value head, later in the file, won).
+TEST_CASE("load_trunk_as takes the head it names, even from a file that has the target head too") {
+  const auto path = (std::filesystem::temp_directory_path() / ("troupe_two_heads-" + std::to_string(::getpid()) + ".safetensors")).string();
+  PolicyConfig both = tiny_policy();
+  both.scalar_heads = {"score", "value"};
+  Trainer source(TrainerConfig{both, OptimConfig{}, 1});
+  source.save_weights(path);
+  PolicyConfig critic = tiny_policy();
+  critic.scalar_heads = {"value"};
+  Trainer t(TrainerConfig{critic, OptimConfig{}, 1});
+  CHECK(t.load_trunk_as(path, "score", "value").empty());
+  const auto tensor = [](const Weights& w, const std::string& name) {
+    for (std::size_t i = 0; i < w.names.size(); ++i) if (w.names[i] == name) return w.tensors[i];
+    FAIL("no tensor " << name);
+    return TensorView{};
+  };
+  const TensorView want = tensor(source.weights(), "score_head.weight"), got = tensor(t.weights(), "value_head.weight");
+  REQUIRE(got.nbytes() == want.nbytes());
+  CHECK(std::memcmp(got.data, want.data, got.nbytes()) == 0);
+  CHECK(std::memcmp(got.data, tensor(source.weights(), "value_head.weight").data, got.nbytes()) != 0);
+  std::filesystem::remove(path);
+}
+
+// The Trainer reads a batch's masks and inputs by its tokens' shape: anything else is refused by
+// name (a loss mask one column short was read past its end by the objectives' kernels).
+TEST_CASE("train_step refuses masks and inputs that do not match the batch's tokens, naming them") {
+  Trainer t(TrainerConfig{tiny_policy(), OptimConfig{}, 1});
+  const auto refusal = [&](const TrainBatch& b) {
+    try {
+      t.train_step(b);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  auto short_mask = copy_batch(2);
+  short_mask.loss_mask = TensorView::empty(DType::Bool, {2, 4});
+  CHECK(refusal(short_mask).find("loss_mask") != std::string::npos);
+  auto short_attn = copy_batch(2);
+  short_attn.attn_mask = TensorView::empty(DType::Bool, {2, 6});
+  CHECK(refusal(short_attn).find("attn_mask") != std::string::npos);
+  auto rows = copy_batch(2);
+  rows.inputs["advantages"] = TensorView::empty(DType::F32, {3});
+  CHECK(refusal(rows).find("'advantages'") != std::string::npos);
+  CHECK(t.policy_version() == 0);
+  CHECK(refusal(copy_batch(2)) == "(accepted)");
 }
 
 TEST_CASE("an unknown objective or a bad weights file fails the call, not the process") {

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "troupe/actors/safetensors.hpp"
 
@@ -146,5 +148,26 @@ TEST_CASE("files are written atomically and read back, and a missing file names 
   } catch (const SafetensorsError& e) {
     CHECK(std::string(e.what()).find("nope.safetensors") != std::string::npos);
   }
+  // A directory (a checkpoint's, given as a weights file) is refused by name: ifstream opened it
+  // and its size read as 2^63 - 1, a bad_alloc.
+  try {
+    read_safetensors(dir.string());
+    FAIL("expected an error");
+  } catch (const SafetensorsError& e) {
+    CHECK(std::string(e.what()).find(dir.string()) != std::string::npos);
+  }
+  // Writers of one path, at once: each writes a file of its own and renames it, so the path always
+  // holds one writer's file whole, and no temporary file stays behind.
+  std::vector<std::thread> writers;
+  for (int w = 0; w < 4; ++w) {
+    writers.emplace_back([&, w] {
+      for (int i = 0; i < 10; ++i) write_safetensors(path, {{"x", iota_f32({5 + 100 * w})}}, {{"writer", std::to_string(w)}});
+    });
+  }
+  for (auto& t : writers) t.join();
+  const auto last = read_safetensors(path);
+  const int w = std::stoi(last.metadata.at("writer"));
+  CHECK(last.require("x", {5 + 100 * w}).data_as<float>()[4] == 2.0f);
+  CHECK(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()) == 1);
   std::filesystem::remove_all(dir);
 }

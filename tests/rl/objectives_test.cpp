@@ -77,6 +77,20 @@ TEST_CASE("k3 KL matches hand-computed values and its gradient") {
   CHECK(g[0][3].item<float>() == 0.0f);
 }
 
+// Their kernels read every tensor by logp's shape: one of another shape is refused, not read past.
+TEST_CASE("k3 KL and the clipped policy loss refuse tensors of another shape than logp's") {
+  auto logp = t2({-1, -2, -0.5f, -3}, 2);
+  auto mask = mask2({1, 1, 1, 0}, 2);
+  auto short_ref = at::zeros({2, 1});
+  auto short_mask = mask.narrow(1, 0, 1).contiguous();
+  CHECK_THROWS_AS(kl_k3(logp, short_ref, mask), std::invalid_argument);
+  CHECK_THROWS_AS(kl_k3(logp, logp, short_mask), std::invalid_argument);
+  auto adv = at::tensor({1.0f, -1.0f});
+  CHECK_THROWS_AS(clipped_policy_loss(logp, short_ref, adv, mask, 0.2), std::invalid_argument);
+  CHECK_THROWS_AS(clipped_policy_loss(logp, logp, adv, short_mask, 0.2), std::invalid_argument);
+  CHECK_NOTHROW(clipped_policy_loss(logp, logp, adv, mask, 0.2));
+}
+
 TEST_CASE("the clipped policy loss matches hand-computed values and gradients") {
   // Row 0, A = +1, tokens: ratio 1.5 (clipped to 1.2: l = -1.2, no gradient), ratio 0.9 (l = -0.9,
   //   unclipped: d l / d logp = -A r = -0.9).

@@ -12,6 +12,7 @@
 #include "troupe/weights.hpp"
 #include "gpu_sync.hpp"
 #include "nccl_group.hpp"
+#include "set_builder.hpp"
 #include "support/skip.hpp"
 
 using namespace std::chrono_literals;
@@ -133,6 +134,20 @@ TEST_CASE("weight subscriber: the swap is atomic for concurrent readers, who kee
   CHECK(torn == 0);
   CHECK(reads > 0);
   CHECK(store.call(&troupe::WeightStore::stats).get().live_versions <= 2);
+}
+
+// A manifest's entries come from a peer: a shape whose bytes do not fit in 63 bits, or a set whose
+// sum does not, is refused (an entry of [2^62, 4] f32 wrapped to 0 bytes and passed the checks).
+TEST_CASE("a weight set's layout refuses entries too large to address") {
+  namespace w = troupe::detail::weights;
+  std::size_t total = 0;
+  const auto f32 = static_cast<std::uint8_t>(troupe::DType::F32);
+  CHECK_THROWS_AS(w::SetBuilder::offsets({{"a", f32, {std::int64_t(1) << 62, 4}}}, &total), std::invalid_argument);
+  const std::vector<troupe::WeightEntry> halves = {{"a", f32, {std::int64_t(1) << 60}}, {"b", f32, {std::int64_t(1) << 60}}};
+  CHECK_THROWS_AS(w::SetBuilder::offsets(halves, &total), std::invalid_argument);
+  const auto offs = w::SetBuilder::offsets({{"a", f32, {3}}, {"b", f32, {2, 2}}}, &total);
+  CHECK(offs == std::vector<std::size_t>{0, w::kAlign});
+  CHECK(total == 2 * w::kAlign);
 }
 
 TEST_CASE("weight copy path: bytes and checksum survive, a corrupted transfer is refused (WS-1)") {

@@ -1,6 +1,7 @@
 #include "set_builder.hpp"
 
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -16,13 +17,16 @@ TensorView shaped(const WeightEntry& e, void* data, std::shared_ptr<void> keep) 
   return TensorView::wrap(data, static_cast<DType>(e.dtype), e.shape, std::move(keep));
 }
 
+// Its bytes; a shape whose size does not fit in 63 bits is refused (a peer's manifest is input:
+// [2^62, 4] f32 wrapped to 0 bytes, and a view of that shape was built over a few bytes).
 std::size_t entry_bytes(const WeightEntry& e) {
-  std::size_t n = dtype_size(static_cast<DType>(e.dtype));
+  std::uint64_t n = dtype_size(static_cast<DType>(e.dtype));
   for (auto d : e.shape) {
     if (d < 0) throw std::invalid_argument("weights: negative dimension in '" + e.name + "'");
-    n *= std::size_t(d);
+    if (__builtin_mul_overflow(n, std::uint64_t(d), &n) || n > std::uint64_t(std::numeric_limits<std::int64_t>::max()))
+      throw std::invalid_argument("weights: '" + e.name + "' is too large");
   }
-  return n;
+  return std::size_t(n);
 }
 
 k::BucketLayout wire_layout(const std::vector<WeightEntry>& entries, WireCompression c) {
@@ -65,9 +69,13 @@ std::vector<std::size_t> SetBuilder::offsets(const std::vector<WeightEntry>& ent
   std::vector<std::size_t> out;
   out.reserve(entries.size());
   std::size_t at = 0;
+  constexpr auto kMax = std::size_t(std::numeric_limits<std::int64_t>::max());
   for (const auto& e : entries) {
     out.push_back(at);
-    at += (entry_bytes(e) + kAlign - 1) / kAlign * kAlign;
+    const std::size_t bytes = entry_bytes(e);   // < 2^63: the rounding below cannot wrap
+    const std::size_t padded = (bytes + kAlign - 1) / kAlign * kAlign;
+    if (padded > kMax - at) throw std::invalid_argument("weights: the set is too large");
+    at += padded;
   }
   *total = std::max<std::size_t>(at, kAlign);
   return out;

@@ -2,10 +2,12 @@
 // A small fork-join parallel-for for the CPU twins: the caller's thread takes the first slice and
 // std::threads the rest; calls whose work is below kMinWorkPerThread stay on the caller.
 // Threads are spawned per call (tens of microseconds), which is noise next to the >= 100 us of
-// work a call must carry before it forks. Exceptions must not escape `fn`.
+// work a call must carry before it forks; where no thread can be started (a pids limit), the
+// caller's thread runs the slices it could not hand out. Exceptions must not escape `fn`.
 
 #include <algorithm>
 #include <cstdint>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -30,10 +32,13 @@ void parallel_for(std::int64_t n, std::int64_t work_per_item, Fn&& fn) {
   auto slice = [&](std::int64_t i) { return n * i / threads; };
   std::vector<std::thread> helpers;
   helpers.reserve(std::size_t(threads - 1));
-  for (std::int64_t i = 1; i < threads; ++i) {
-    helpers.emplace_back([&fn, b = slice(i), e = slice(i + 1)] { fn(b, e); });
+  std::int64_t started = 1;   // slices handed to helpers: [1, started)
+  try {
+    for (; started < threads; ++started) helpers.emplace_back([&fn, b = slice(started), e = slice(started + 1)] { fn(b, e); });
+  } catch (const std::system_error&) {   // no thread to be had (a pids limit): the rest here, not an abort
   }
   fn(slice(0), slice(1));
+  if (started < threads) fn(slice(started), n);
   for (auto& t : helpers) t.join();
 }
 

@@ -64,18 +64,25 @@ class Model {
   const NamedParameters& parameters() const { return params_; }
   std::int64_t parameter_count() const;
   void set_requires_grad(bool on);
-  // Copies `tensors` into the parameters. Every parameter must be present with its exact shape
-  // and dtype f32; extra names are an error too. Throws std::invalid_argument naming the problem.
+  // Copies `tensors` into the parameters. Every parameter must be present, once, with its exact
+  // shape and dtype f32; extra names are an error too. Throws std::invalid_argument naming the
+  // problem, and then has changed nothing.
   void load(const NamedTensors& tensors);
+  // What load would refuse, with nothing changed (a checkpoint checked whole before it loads).
+  void check(const NamedTensors& tensors) const;
   // Like load, but the parameters become the given tensors' memory (no copy); the caller must not
   // write that memory while this model uses it. For frozen or inference-only models.
   void adopt(const NamedTensors& tensors);
   // Copies the parameters `tensors` has by name (a reward model or critic started from an SFT
   // policy's trunk): every parameter but the scalar heads must be there, with its shape; names this
-  // model lacks are skipped. Returns the scalar heads left as they were.
+  // model lacks are skipped. Returns the scalar heads left as they were. Refused as load is,
+  // changing nothing.
   std::vector<std::string> load_trunk(const NamedTensors& tensors);
   // Views of the parameters (sharing their memory).
   NamedTensors views() const;
+
+ private:
+  std::vector<at::Tensor> checked(const NamedTensors& tensors) const;   // load's checks, in parameter order
 
  protected:
   // Checks the scalar head names (distinct, non-empty, not "lm"); std::invalid_argument otherwise.

@@ -31,10 +31,18 @@ class AdamW {
   // "exp_avg.<name>", "exp_avg_sq.<name>" views; metadata "steps".
   NamedTensors state_views() const;
   std::map<std::string, std::string> state_metadata() const;
-  // Restores what state_views/state_metadata saved. Throws std::invalid_argument on a mismatch.
+  // Restores what state_views/state_metadata saved. Throws std::invalid_argument (or
+  // SafetensorsError for a missing or misshapen tensor) on a mismatch, and then has changed nothing.
   void load_state(const SafetensorsFile& file);
+  // What load_state would refuse, with nothing changed.
+  void check_state(const SafetensorsFile& file) const;
 
  private:
+  struct LoadedState {
+    std::int64_t steps = 0;
+    std::vector<at::Tensor> exp_avg, exp_avg_sq;
+  };
+  LoadedState checked_state(const SafetensorsFile& file) const;
   double current_lr() const;
 
   NamedParameters params_;
