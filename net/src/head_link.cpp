@@ -52,6 +52,7 @@ struct HeadSession::State {
   std::deque<Message> queue;
   bool ended = false;
   std::string why;
+  bool woken = false;   // waker(): the next wait returns at once
 };
 
 HeadSession::HeadSession(LinkHub& hub, const std::string& address, const json& hello, std::chrono::milliseconds timeout)
@@ -134,7 +135,8 @@ HeadSession::~HeadSession() { close(); }
 
 std::optional<HeadSession::Message> HeadSession::next(std::chrono::milliseconds timeout) {
   std::unique_lock lk(state_->mu);
-  state_->cv.wait_for(lk, timeout, [&] { return !state_->queue.empty() || state_->ended; });
+  state_->cv.wait_for(lk, timeout, [&] { return !state_->queue.empty() || state_->ended || state_->woken; });
+  state_->woken = false;
   if (!state_->queue.empty()) {
     Message m = std::move(state_->queue.front());
     state_->queue.pop_front();
@@ -142,6 +144,18 @@ std::optional<HeadSession::Message> HeadSession::next(std::chrono::milliseconds 
   }
   if (state_->ended) return Message{0, json{{"why", state_->why}}};
   return std::nullopt;
+}
+
+std::function<void()> HeadSession::waker() const {
+  return [weak = std::weak_ptr<State>(state_)] {
+    auto s = weak.lock();
+    if (!s) return;
+    {
+      std::lock_guard lk(s->mu);
+      s->woken = true;
+    }
+    s->cv.notify_all();
+  };
 }
 
 bool HeadSession::send(char kind, const json& body) { return link_ && link_->send(kind, encode_control(body)); }

@@ -101,7 +101,7 @@ bool Link::Impl::lane_frame(char kind, std::uint8_t flags, const char* data, std
   // Published: the peer takes it even if the doorbell cannot go (its end of the link takes what
   // was published before the EOF), so the send succeeded either way.
   if (put == lane::Producer::Put::Ring && !write_frame(kDoorbell, 0, nullptr, 0, true)) {
-    self->close("a doorbell failed (the stream is broken)");
+    self->close_on_fault("a doorbell failed (the stream is broken)");
   }
   return true;
 }
@@ -264,7 +264,7 @@ bool Link::send(char kind, const char* data, std::size_t size, Send how, std::ui
     if (m.switch_due.load()) Lane::switch_to_lane(*this);   // due while this message went out
     if (ok) return true;
   }
-  close("a send failed or timed out (the peer stopped reading)");
+  close_on_fault("a send failed or timed out (the peer stopped reading)");
   return false;
 }
 
@@ -272,7 +272,7 @@ void Link::flush() {
   auto& m = *impl_;
   std::lock_guard lk(m.write_mu);
   if (closed()) return;
-  if (!m.write_outbox()) close("a send failed or timed out (the peer stopped reading)");
+  if (!m.write_outbox()) close_on_fault("a send failed or timed out (the peer stopped reading)");
 }
 
 void Link::flush_some() {
@@ -281,7 +281,7 @@ void Link::flush_some() {
   const auto wrote = m.try_write_outbox();
   if (wrote == Impl::Wrote::All) return;
   if (wrote == Impl::Wrote::Broken) {
-    close("a send failed (the stream is broken)");
+    close_on_fault("a send failed (the stream is broken)");
     return;
   }
   // The rest waits for the socket (or for the writer holding it): the io thread writes it when
@@ -312,6 +312,14 @@ void flush_batched() {
     for (auto& l : links) l->impl_->dirty = false;
   }
   for (auto& l : links) l->flush_some();
+}
+
+void Link::close_on_fault(const std::string& why) {
+  {
+    std::lock_guard lk(impl_->close_mu);
+    if (!closed()) impl_->faulted = true;
+  }
+  close(why);
 }
 
 void Link::close(const std::string& why) {
@@ -350,8 +358,16 @@ asio::awaitable<void> accept_one(std::shared_ptr<LinkHub::Impl> hub, tcp::socket
   std::string who = ec ? "?" : peer_ep.address().to_string() + ":" + std::to_string(peer_ep.port());
   asio::steady_timer deadline(hub->io);
   deadline.expires_after(hub->opts.handshake_timeout);
-  deadline.async_wait([&s](const boost::system::error_code& e) {
-    if (!e) {
+  // cancel() cannot take back a handler already queued as expired (the peer's bytes or EOF and the
+  // timer fired in one pass of the reactor): it runs after this coroutine, and `s` with it, ended.
+  // So it touches the socket only while the handshake is on (one io thread: no race on the flag).
+  auto over = std::make_shared<bool>(false);
+  struct Over {
+    std::shared_ptr<bool> flag;
+    ~Over() { *flag = true; }
+  } mark_over{over};
+  deadline.async_wait([&s, over](const boost::system::error_code& e) {
+    if (!e && !*over) {
       boost::system::error_code ignored;
       s.close(ignored);   // a peer that never finishes the handshake is dropped
     }
@@ -365,6 +381,7 @@ asio::awaitable<void> accept_one(std::shared_ptr<LinkHub::Impl> hub, tcp::socket
     co_return;
   }
   deadline.cancel();
+  *over = true;
   if (!s.is_open()) co_return;
   auto link = LinkLoops::make(hub, std::move(s), std::move(peer));
   {

@@ -181,6 +181,7 @@ struct Link::Impl {
   std::mutex close_mu;     // guards the three below, and the descriptor's shutdown and close
   std::string close_reason;
   bool frozen = false;
+  bool faulted = false;   // closed here for a fault (a failed send, a refused message): its end reads Lost
   bool fd_open = true;     // once false, `fd` may name another file: never touched again
   std::atomic<std::int64_t> last_sent{now_ns()}, last_heard{now_ns()};
   int pidfd = -1;          // the peer process, when it runs on this host: readable once it ends

@@ -81,7 +81,7 @@ std::size_t Lane::take(std::size_t budget, bool last) {
     const auto got = in.next(kMaxChunk, kind, flags, body);
     if (got == lane::Consumer::Got::None) break;
     if (got == lane::Consumer::Got::Broken) {
-      lk->close("the lane holds malformed frames");
+      lk->close_on_fault("the lane holds malformed frames");
       break;
     }
     m.last_heard.store(now_ns(), std::memory_order_relaxed);
@@ -90,7 +90,7 @@ std::size_t Lane::take(std::size_t budget, bool last) {
       if (internal_kind(kind)) throw std::runtime_error("a link's own message in its lane");
       message = joined.feed(kind, flags, body);
     } catch (const std::exception& e) {   // malformed, or a size no memory holds
-      lk->close(e.what());
+      lk->close_on_fault(e.what());
       break;
     }
     if (message == nullptr) continue;
@@ -99,7 +99,7 @@ std::size_t Lane::take(std::size_t budget, bool last) {
     try {
       if (m.on_message) m.on_message(*lk, kind, *message);
     } catch (const std::exception& e) {   // a bad message from the peer: this link ends
-      lk->close(std::string("a message was refused: ") + e.what());
+      lk->close_on_fault(std::string("a message was refused: ") + e.what());
       break;
     }
     if (message->capacity() > 4 * std::size_t(kMaxChunk)) std::vector<char>().swap(*message);   // a big one passed
@@ -139,7 +139,7 @@ void Lane::switch_to_lane(Link& link) {
     m.lane_on.store(true);
   }
   // The outbox (batched before the switch) goes ahead of it, on the socket.
-  if (!m.write_frame(kLaneSwitch, 0, nullptr, 0, true)) link.close("a send failed (the stream is broken)");
+  if (!m.write_frame(kLaneSwitch, 0, nullptr, 0, true)) link.close_on_fault("a send failed (the stream is broken)");
 }
 LaneWatch::LaneWatch() {
   auto& r = lanes();

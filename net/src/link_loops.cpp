@@ -111,7 +111,7 @@ asio::awaitable<bool> peer_ended(Link::Impl& m, std::chrono::milliseconds patien
 }
 
 asio::awaitable<void> finish(std::shared_ptr<Link> link, Link::Impl& m, std::string why) {
-  const bool here = link->closed();   // close() was called before the read loop saw the end
+  const bool here = link->closed();   // close() was called before the read loop saw the end (faulted: Lost)
   link->close(why);   // shut down: a sender still in write_frame fails at once and lets go
   // The lane: what the peer published before its end is handled, as its socket's bytes were;
   // then nothing more is taken, and no thread runs the handlers any longer.
@@ -119,7 +119,7 @@ asio::awaitable<void> finish(std::shared_ptr<Link> link, Link::Impl& m, std::str
   boost::system::error_code ec;
   m.timer.cancel();
   std::string reason;
-  bool frozen = false;
+  bool frozen = false, faulted = false;
   {
     std::lock_guard wk(m.write_mu);   // no send is between its closed() check and its write now
     std::lock_guard lk(m.close_mu);
@@ -127,8 +127,9 @@ asio::awaitable<void> finish(std::shared_ptr<Link> link, Link::Impl& m, std::str
     m.socket.close(ec);
     reason = m.close_reason;
     frozen = m.frozen;
+    faulted = m.faulted;
   }
-  LinkEnd end = frozen ? LinkEnd::Frozen : here ? LinkEnd::Closed : LinkEnd::Lost;
+  LinkEnd end = frozen ? LinkEnd::Frozen : here && !faulted ? LinkEnd::Closed : LinkEnd::Lost;
   // The pidfd's word is checked against /proc (a zombie, gone, or its pid reused): a peer seen
   // alive there is Lost, not Exited, whatever the descriptor said (a live peer once read as
   // Exited under load, in tests whose peer is this very process). Nothing here may keep the
@@ -325,7 +326,7 @@ asio::awaitable<void> LinkLoops::beat(std::shared_ptr<Link> link) {
     }
     if (std::chrono::nanoseconds(now - m.last_sent.load(std::memory_order_relaxed)) >= o.heartbeat) {
       std::unique_lock lk(m.write_mu, std::try_to_lock);   // busy: a frame is going out anyway
-      if (lk.owns_lock() && !m.write_frame(kHeartbeat, 0, nullptr, 0, false)) link->close("a heartbeat failed");
+      if (lk.owns_lock() && !m.write_frame(kHeartbeat, 0, nullptr, 0, false)) link->close_on_fault("a heartbeat failed");
     }
   }
 }

@@ -98,7 +98,8 @@ void ActorCell::submit(const char* method, Payload args, std::shared_ptr<StateBa
     local->post(method, std::move(args), std::shared_ptr<StateBase>(call));
   } else if (!is_dead) {
     call->mark_remote();
-    std::lock_guard send(send_mu_);
+    std::vector<Unsendable> unsendable;
+    std::unique_lock send(send_mu_);
     std::shared_ptr<Route> route;
     {
       std::lock_guard lk(mu_);
@@ -120,7 +121,9 @@ void ActorCell::submit(const char* method, Payload args, std::shared_ptr<StateBa
         recorded_[seq] = call.get();
       }
     }
-    if (route) deliver(*route, Pending{seq, method, std::move(args), call});
+    if (route) deliver(*route, Pending{seq, method, std::move(args), call}, unsendable);
+    send.unlock();
+    fail_unsendable(unsendable);
   }
   if (is_dead) {   // failed outside the lock: callbacks may call back into this cell
     Error error;
@@ -140,13 +143,18 @@ void ActorCell::submit(const char* method, Payload args, std::shared_ptr<StateBa
   }
 }
 
-void ActorCell::deliver(Route& route, Pending p) {
+void ActorCell::fail_unsendable(std::vector<Unsendable>& unsendable) {
+  for (auto& u : unsendable) u.state->fail(std::move(u.error));
+  unsendable.clear();
+}
+
+void ActorCell::deliver(Route& route, Pending p, std::vector<Unsendable>& unsendable) {
   std::shared_ptr<StateBase> call = p.state;
   Attempt attempt{p.seq, p.method.c_str(), std::move(p.args), std::move(p.state)};
   Sent sent = route.send(std::move(attempt));
   if (sent.error) {
     release(sent.regions);
-    if (auto s = take(*call)) s->fail(std::move(*sent.error));
+    if (auto s = take(*call)) unsendable.push_back({std::move(s), std::move(*sent.error)});
     return;
   }
   if (sent.regions.empty() && sent.via == &route) return;
@@ -191,24 +199,38 @@ ActorCell::Pending ActorCell::take_for_send_locked(std::uint64_t seq, const Rout
   return Pending{seq, rec.method, std::move(args), st->call_link.self};
 }
 
+// A cell found dead (before, or while its queued calls went out) never takes the route, which is
+// stopped: a host spawned for it exits rather than live on, its object with it.
 void ActorCell::bind(std::shared_ptr<Route> route) {
-  std::lock_guard send(send_mu_);
-  std::vector<Pending> queued;
+  std::vector<Unsendable> unsendable;
+  bool published = false;
   {
-    std::lock_guard lk(mu_);
-    if (dead()) return;
-    for (StateBase* c = head_; c != nullptr; c = c->call_link.next) {
-      const auto& rec = c->call_link.record;
-      if (rec && rec->via == nullptr) queued.push_back(take_for_send_locked(c->call_link.seq, route.get()));
+    std::lock_guard send(send_mu_);
+    std::vector<Pending> queued;
+    bool is_dead = false;
+    {
+      std::lock_guard lk(mu_);
+      is_dead = dead();
+      for (StateBase* c = is_dead ? nullptr : head_; c != nullptr; c = c->call_link.next) {
+        const auto& rec = c->call_link.record;
+        if (rec && rec->via == nullptr) queued.push_back(take_for_send_locked(c->call_link.seq, route.get()));
+      }
+    }
+    // Sent before the route is published: no newer call can overtake them (slow-path submits wait
+    // for send_mu_, and the fast path needs a published local route).
+    for (auto& p : queued) deliver(*route, std::move(p), unsendable);
+    if (!is_dead) {
+      std::lock_guard lk(mu_);
+      if (!dead()) {
+        route_local_ = route->local();
+        route_incarnation_ = route->incarnation();
+        route_ = route;
+        published = true;
+      }
     }
   }
-  // Sent before the route is published: no newer call can overtake them (slow-path submits wait
-  // for send_mu_, and the fast path needs a published local route).
-  for (auto& p : queued) deliver(*route, std::move(p));
-  std::lock_guard lk(mu_);
-  route_local_ = route->local();
-  route_incarnation_ = route->incarnation();
-  route_ = std::move(route);
+  fail_unsendable(unsendable);
+  if (!published) route->stop();
 }
 
 std::vector<std::uint64_t> ActorCell::withdraw_locked(const std::function<bool(const Route*)>& lost,
@@ -261,6 +283,7 @@ void ActorCell::unbind(std::uint64_t incarnation, const std::string& reason) {
 void ActorCell::route_broken(const Route* broken, const std::string& reason) {
   std::vector<std::shared_ptr<StateBase>> failed;
   std::vector<std::uint64_t> regions;
+  std::vector<Unsendable> unsendable;
   std::shared_ptr<Route> gone;
   {
     std::lock_guard send(send_mu_);
@@ -278,8 +301,9 @@ void ActorCell::route_broken(const Route* broken, const std::string& reason) {
       route_local_ = next && next->local();
       route_incarnation_ = next ? next->incarnation() : 0;
     }
-    for (auto& p : resend) deliver(*next, std::move(p));
+    for (auto& p : resend) deliver(*next, std::move(p), unsendable);
   }
+  fail_unsendable(unsendable);
   fail_all(failed, regions, Error{ErrorCode::Unavailable, spec_.label + " " + reason + " (the call may have run)"});
 }
 

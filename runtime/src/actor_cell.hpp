@@ -132,8 +132,16 @@ class ActorCell : public std::enable_shared_from_this<ActorCell> {
   // Unlinks, releases, cancels the deadline; notes `ran` as `method`'s time (complete) if given.
   std::shared_ptr<StateBase> take(StateBase& call, const char* method = nullptr,
                                   std::chrono::nanoseconds ran = std::chrono::nanoseconds::zero());
-  // send_mu_ held, mu_ not: one attempt, and what it left behind.
-  void deliver(Route& route, Pending p);
+  // A call whose attempt could not be sent at all, to fail once send_mu_ is let go: its callbacks
+  // may call this cell again (submit takes send_mu_).
+  struct Unsendable {
+    std::shared_ptr<StateBase> state;
+    Error error;
+  };
+  // send_mu_ held, mu_ not: one attempt, and what it left behind; a call it could not send at all
+  // goes to `unsendable`.
+  void deliver(Route& route, Pending p, std::vector<Unsendable>& unsendable);
+  static void fail_unsendable(std::vector<Unsendable>& unsendable);
   // send_mu_ and mu_ held: calls in flight on a route that `lost` selects lost their attempt.
   // Those with a retry left become unsent (their seqs returned, in order); the others go to `failed`.
   std::vector<std::uint64_t> withdraw_locked(const std::function<bool(const Route*)>& lost,

@@ -158,6 +158,33 @@ TEST_CASE("SEC-1: messages without the token or with a wrong one, to every port 
   for (const auto& n : after["nodes"]) CHECK(n.value("state", "") == "alive");
 }
 
+// A link to a live worker that ends for a fault (here the worker refuses a malformed call frame
+// and closes it) is linked again: after the grace for the head's word (10 s), the actor's calls,
+// those made meanwhile included, go out on a new link to the same process. Before, nothing linked
+// it again, and every later call waited out its deadline.
+TEST_CASE("after a link to a live worker ends for a fault, its actors are linked again and calls made meanwhile are answered") {
+  itest::Cluster cluster;
+  auto rt = itest::connect(cluster, 60s);
+  auto a = rt.spawn<Store>(troupe::Options{}.process(true), 7);
+  REQUIRE(a.ready().wait_for(30s));
+  const int pid = a.call(&Store::pid).get();
+  const auto gateway = cluster.actor(a.id()).value("gateway", std::string());
+  REQUIRE_FALSE(gateway.empty());
+  auto* peers = troupe::detail::RuntimeImpl::current()->peers_if_any();
+  REQUIRE(peers != nullptr);
+  auto link = peers->link_to(gateway);
+  REQUIRE(link != nullptr);
+  REQUIRE(link->send('C', std::vector<char>{'n', 'o', 't', ' ', 'a', ' ', 'c', 'a', 'l', 'l'}));
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (!link->closed() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(10ms);
+  REQUIRE(link->closed());
+  auto meanwhile = a.call(&Store::add, 1);
+  REQUIRE(meanwhile.wait_for(40s));
+  CHECK(meanwhile.result().value() == 8);
+  CHECK(a.call(&Store::pid).get() == pid);   // the same process: not restarted, linked again
+  CHECK(a.call(&Store::get).get() == 8);
+}
+
 TEST_CASE("a first call to a new actor in a running worker process costs one round trip after ready()") {
   itest::Cluster cluster;
   auto rt = itest::connect(cluster, 60s);

@@ -777,3 +777,48 @@ TEST_CASE("links: a lane whose rings were written over closes its link alone, an
     held.unlock();
   }
 }
+
+// A link this side closes for a fault (here: a message its handler refused) may have a live peer:
+// it ends Lost, by lane as by socket, so that its users link again (cluster::ClusterClient); one
+// closed on purpose ends Closed. Before, a refusal taken from a lane ended Closed (close() ran
+// before the read loop saw the end), and the client then ignored it: its actors' calls waited
+// out their deadlines.
+TEST_CASE("links: a link closed here for a fault ends Lost, by lane as by socket, and one closed on purpose ends Closed") {
+  for (const bool lane : {false, true}) {
+    CAPTURE(lane);
+    Inbox inbox;
+    std::mutex mu;
+    std::vector<std::shared_ptr<net::Link>> accepted;
+    net::LinkHub server("secret", net::self_identity("server"), lane ? with_lane() : net::LinkOptions{});
+    const auto address = server.listen("127.0.0.1", [&](const std::shared_ptr<net::Link>& l) {
+      l->set_handlers([deliver = inbox.on_message()](net::Link& link, char kind, std::vector<char>& body) {
+        if (kind == 'x') throw std::runtime_error("no 'x' messages here");
+        deliver(link, kind, body);
+      }, inbox.on_closed());
+      std::lock_guard lk(mu);
+      accepted.push_back(l);
+    });
+    Inbox client_inbox;
+    net::LinkHub client("secret", net::self_identity("client"), lane ? with_lane() : net::LinkOptions{});
+    auto link = client.connect(address, client_inbox.on_message(), client_inbox.on_closed(), 5s);
+    REQUIRE(link != nullptr);
+    REQUIRE(link->send('m', std::vector<char>{1}));
+    REQUIRE(inbox.wait_messages(1));
+    if (lane) REQUIRE(wait_lane(*link));
+    CHECK(link->has_lane() == lane);
+    REQUIRE(link->send('x', std::vector<char>{2}));
+    REQUIRE(inbox.wait_closed(5s));
+    CHECK(inbox.end == net::LinkEnd::Lost);
+    CHECK(inbox.why.find("no 'x' messages here") != std::string::npos);
+    REQUIRE(client_inbox.wait_closed(5s));   // the peer's end: Lost too (it closed; this process runs on)
+    CHECK(client_inbox.end == net::LinkEnd::Lost);
+  }
+  Server server("secret", with_lane());
+  Client client(server, with_lane());
+  REQUIRE(client.link->send('m', std::vector<char>{1}));
+  REQUIRE(server.inbox.wait_messages(1));
+  REQUIRE(wait_lane(*client.link));
+  client.link->close("done with it");
+  REQUIRE(client.inbox.wait_closed(5s));
+  CHECK(client.inbox.end == net::LinkEnd::Closed);
+}

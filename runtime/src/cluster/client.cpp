@@ -79,6 +79,7 @@ ClusterClient::ClusterClient(detail::RuntimeImpl& rt, Peers& peers, HeadEndpoint
     throw CallError(Error{ErrorCode::Unavailable, "the head's link at " + link + ": " + e.error().message});
   }
   owner_ = session_->welcome().value("owner", std::uint64_t{0});
+  relinks_->wake = session_->waker();
   peers_.on_loss([this](const net::Link& link, net::LinkEnd end, const std::string& why) { on_link_lost(link, end, why); });
   watcher_ = std::thread([this] { watch_loop(); });
 }
@@ -301,7 +302,9 @@ void ClusterClient::watch_loop() {
   for (;;) {
     bool retry = false;
     {
-      std::lock_guard lk(mu_);
+      std::scoped_lock lk(mu_, relinks_->mu);
+      for (auto id : relinks_->ids) unlinked_.insert(id);   // their links ended: linked again below
+      relinks_->ids.clear();
       retry = !unlinked_.empty();
     }
     // Back-off after a failure: an actor whose worker could not be linked is tried again soon.
@@ -463,7 +466,7 @@ void ClusterClient::on_head_lost(const std::string& why) {
 void ClusterClient::on_link_lost(const net::Link& link, net::LinkEnd end, const std::string& why) {
   if (end == net::LinkEnd::Closed) return;   // closed here: stopping, or a spare
   std::vector<std::pair<std::shared_ptr<detail::ActorCell>, std::uint64_t>> lost;
-  std::vector<std::weak_ptr<detail::ActorCell>> bound;
+  std::vector<std::pair<std::uint64_t, std::weak_ptr<detail::ActorCell>>> bound;
   std::string head_gone;
   {
     std::lock_guard lk(mu_);
@@ -476,7 +479,7 @@ void ClusterClient::on_link_lost(const net::Link& link, net::LinkEnd end, const 
       const auto* on = dynamic_cast<const LinkRoute*>(route.get());
       if (on == nullptr || on->link() != &link) continue;
       lost.push_back({cell, on->incarnation()});
-      bound.push_back(cell);
+      bound.emplace_back(id, cell);
     }
   }
   if (!head_gone.empty()) {   // no head to restart them or to say where they run: gone for this process
@@ -490,21 +493,34 @@ void ClusterClient::on_link_lost(const net::Link& link, net::LinkEnd end, const 
     for (auto& [cell, incarnation] : lost) cell->unbind(incarnation, "lost its worker process: " + why);
     return;
   }
-  // Lost: perhaps only the connection. Calls wait for the head's word (a restart or death unbinds
-  // them, ActorDied); still waiting after the grace, they had a live worker: resent on a new link
-  // when max_retries allows, else Unavailable. The next look at the directory links again.
+  // Lost: perhaps only the connection (the peer's end, or a fault found here: a send that timed
+  // out, a refused message). Calls wait for the head's word (a restart or death unbinds them,
+  // ActorDied); still waiting after the grace, they had a live worker: resent on a new link when
+  // max_retries allows, else Unavailable, and the watcher links the actor again from its directory
+  // entry (later calls wait in its table until then).
   spdlog::info("link to the worker at {} ended ({}); waiting for the head's word", link.address(), why);
   // Held, so that no new link can take its address meanwhile.
   std::shared_ptr<const net::Link> gone = link.shared_from_this();
-  timer_->schedule(detail::Timer::Clock::now() + kLinkGrace, [bound = std::move(bound), gone] {
-    for (const auto& weak : bound) {
+  timer_->schedule(detail::Timer::Clock::now() + kLinkGrace, [bound = std::move(bound), gone, relinks = std::weak_ptr<Relinks>(relinks_)] {
+    std::vector<std::uint64_t> broken;
+    for (const auto& [id, weak] : bound) {
       auto cell = weak.lock();
       if (!cell) continue;
       auto route = cell->route();
       if (const auto* on = dynamic_cast<const LinkRoute*>(route.get()); on != nullptr && on->link() == gone.get()) {
         cell->route_broken(on, "lost its connection");
+        broken.push_back(id);
       }
     }
+    auto r = relinks.lock();
+    if (!r || broken.empty()) return;
+    std::function<void()> wake;
+    {
+      std::lock_guard lk(r->mu);
+      r->ids.insert(broken.begin(), broken.end());
+      wake = r->wake;
+    }
+    if (wake) wake();
   });
 }
 

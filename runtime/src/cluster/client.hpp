@@ -126,6 +126,15 @@ class ClusterClient {
   // before the spawn reply was read), and a cell made later starts from it.
   std::map<std::uint64_t, nlohmann::json> latest_;
   std::set<std::uint64_t> unlinked_;   // alive, but their worker could not be linked yet
+  // Actors whose link ended with their worker perhaps alive and whose calls waited out the grace
+  // (on_link_lost): linked again from their directory entry by the watcher, which `wake` rouses.
+  // Shared with the grace timers, which may fire after this client is gone.
+  struct Relinks {
+    std::mutex mu;
+    std::set<std::uint64_t> ids;
+    std::function<void()> wake;
+  };
+  std::shared_ptr<Relinks> relinks_ = std::make_shared<Relinks>();
   std::string head_gone_;              // how the link to the head ended; empty while it lasts
   std::condition_variable directory_cv_;   // an entry of latest_ changed
   struct GroupWatch {

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -89,6 +90,9 @@ class HeadSession {
   // The next message from the head, waiting until `timeout`; nullopt if none came. Once the link
   // has ended, a kind-0 message (and then the same, at every call).
   std::optional<Message> next(std::chrono::milliseconds timeout);
+  // A function that makes a waiting next() return (nullopt) at once, from any thread, as long as
+  // this session's state lasts; afterwards it does nothing.
+  std::function<void()> waker() const;
   // Sends a message to the head; false once the link has ended.
   bool send(char kind, const nlohmann::json& body);
   bool send_bytes(char kind, const std::vector<char>& body);   // a binary body (kLog)

@@ -76,7 +76,7 @@ class LinkHub;
 
 // Why a link ended.
 enum class LinkEnd {
-  Closed,   // closed by this side (close(), or its hub stopping)
+  Closed,   // closed by this side (close(), or its hub stopping); not for a fault found here (Lost)
   Exited,   // the peer process exited: on this host, its pid was seen to end (pidfd)
   Frozen,   // the peer fell silent for silence_limit: frozen (SIGSTOP), or cut off
   Lost,     // EOF or an error with no exit seen: the peer may still run (another host, or it closed)
@@ -125,6 +125,9 @@ class Link : public std::enable_shared_from_this<Link> {
   friend struct LinkLoops;
   friend void flush_batched();
   friend struct Lane;
+  // close() for a fault this side found (a send that failed or timed out, a message refused):
+  // the peer may well be alive, so its end reads Lost, not Closed, and the link's users link again.
+  void close_on_fault(const std::string& why);
   // Writes the outbox now, waiting for the socket up to send_timeout (a full outbox's sender).
   void flush();
   // Writes what the socket takes of the outbox now; the io thread writes the rest once it can.
