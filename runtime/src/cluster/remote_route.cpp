@@ -1,5 +1,8 @@
 #include "cluster/remote_route.hpp"
 
+#include <algorithm>
+#include <chrono>
+
 #include "troupe/net/frames.hpp"
 
 namespace troupe::cluster {
@@ -44,8 +47,16 @@ void deliver_reply(detail::ActorCell& cell, const detail::WireReply& r, const Re
     return;
   }
   std::vector<std::uint64_t> fetched;
+  // Its deadline was cancelled as the reply came: the tensors it pulls get what is left of it
+  // (at most 60 s), so that a call of 1 s never waits a minute for its result's bytes.
+  auto pull_for = std::chrono::milliseconds(60000);
+  if (state->call_link.has_deadline) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(state->call_link.deadline.first -
+                                                                            std::chrono::steady_clock::now());
+    pull_for = std::clamp(left, std::chrono::milliseconds(1), pull_for);
+  }
   try {
-    Payload p = detail::from_wire(r.result, r.tensors, std::chrono::seconds(60), &fetched);
+    Payload p = detail::from_wire(r.result, r.tensors, pull_for, &fetched);
     state->complete_from(p);
   } catch (const DecodeError& e) {
     state->fail(Error{ErrorCode::BadArguments, "reply did not decode: " + e.error().message});
