@@ -309,10 +309,12 @@ void ClusterClient::watch_loop() {
     }
     // Back-off after a failure: an actor whose worker could not be linked is tried again soon.
     auto msg = session_->next(retry ? std::chrono::milliseconds(200) : std::chrono::hours(1));
-    if (!msg) {
+    if (!msg) {   // a back-off's end, or woken for actors to link again
       std::vector<json> again;
       {
-        std::lock_guard lk(mu_);
+        std::scoped_lock lk(mu_, relinks_->mu);
+        for (auto id : relinks_->ids) unlinked_.insert(id);
+        relinks_->ids.clear();
         for (auto id : unlinked_) {
           if (auto it = latest_.find(id); it != latest_.end()) again.push_back(it->second);
         }
