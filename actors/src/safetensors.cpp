@@ -202,8 +202,8 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors, con
   const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(serial.fetch_add(1));
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   if (fd < 0) throw SafetensorsError("cannot create '" + tmp + "': " + std::strerror(errno));
-  const auto fail = [&](const std::string& what, int err, bool open) {
-    if (open) ::close(fd);
+  const auto fail = [&](const std::string& what, int err, bool fd_open) {
+    if (fd_open) ::close(fd);
     ::unlink(tmp.c_str());
     throw SafetensorsError(what + ": " + std::strerror(err));
   };
