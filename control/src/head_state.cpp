@@ -225,13 +225,23 @@ Result<const NodeRecord*> HeadState::drain_node(std::uint64_t id, std::chrono::m
       bury(a, "its node " + std::to_string(id) + " was drained");   // not running yet: nothing to finish
     }
   }
-  for (auto& [wid, w] : workers_.all()) {   // a worker whose actors can all restart moves now
+  // A worker whose actors can all restart elsewhere moves now. Not one in a placement group: its
+  // bundle is reserved here until the node goes, and a restart would land here again (each new
+  // worker moved in turn, for ever with unlimited restarts). Listed before any moves: a restart
+  // starts a new worker.
+  std::vector<std::uint64_t> moving;
+  for (auto& [wid, w] : workers_.all()) {
     if (w.node != id || w.state == WorkerState::Dead || w.actors.empty()) continue;
     const bool movable = std::all_of(w.actors.begin(), w.actors.end(), [&](std::uint64_t aid) {
       const ActorRecord* a = actors_.find(aid);
-      return a != nullptr && !a->leaving && (a->spec.max_restarts < 0 || a->restarts < a->spec.max_restarts);
+      return a != nullptr && !a->leaving && a->bundle < 0 && (a->spec.max_restarts < 0 || a->restarts < a->spec.max_restarts);
     });
-    if (movable) on_worker_lost(w, "its node " + std::to_string(id) + " is draining");
+    if (movable) moving.push_back(wid);
+  }
+  for (auto wid : moving) {
+    if (Worker* w = workers_.find(wid); w != nullptr && w->state != WorkerState::Dead) {
+      on_worker_lost(*w, "its node " + std::to_string(id) + " is draining");
+    }
   }
   advance_drains(now);
   return &n->rec;
@@ -249,7 +259,7 @@ bool HeadState::advance_drains(SteadyTime now) {
     if (!left.empty() && now < n.drain_deadline) continue;
     for (ActorRecord* a : left) {   // could not move by the deadline: stopped, and listed
       n.rec.drain_left.push_back(actor_label(a->spec.name.empty() ? a->spec.type : a->spec.name, a->id) + ": " +
-                                 (a->leaving ? "an elastic member" : "no restarts left"));
+                                 (a->leaving ? "an elastic member" : a->bundle >= 0 ? "in a placement group's bundle" : "no restarts left"));
       bury(*a, "its node " + std::to_string(id) + " was drained before it could move");
     }
     for (auto& [wid, w] : workers_.all()) {
@@ -325,7 +335,7 @@ Status HeadState::actor_events(std::uint64_t worker, const std::vector<ActorEven
       a->reason = "its constructor failed: " + (e.reason.empty() ? std::string("unknown") : e.reason);
       release(*a);
       w->actors.erase(a->id);
-      if (w->actors.empty()) w->commands.push_back(WorkerCommand::exit());
+      if (w->actors.empty()) retire(*w);
     }
     actors_.save(*a);
   }
@@ -457,6 +467,13 @@ void HeadState::release(ActorRecord& a) {
   }
 }
 
+// A worker whose last actor went is told to exit, and takes no new actor (a colocated one would be
+// spawned into a process that is exiting).
+void HeadState::retire(Worker& w) {
+  w.commands.push_back(WorkerCommand::exit());
+  w.exiting = true;
+}
+
 void HeadState::bury(ActorRecord& a, const std::string& why) {
   a.state = ActorState::Dead;
   a.reason = why;
@@ -464,7 +481,7 @@ void HeadState::bury(ActorRecord& a, const std::string& why) {
   if (Worker* w = workers_.find(a.worker)) {
     w->actors.erase(a.id);
     w->commands.push_back(WorkerCommand::kill(a.id));
-    if (w->actors.empty()) w->commands.push_back(WorkerCommand::exit());
+    if (w->actors.empty()) retire(*w);
   }
   actors_.save(a);
 }

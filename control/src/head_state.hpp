@@ -138,6 +138,7 @@ class HeadState {
   void release(ActorRecord& a);                 // gives its resources back to the scheduler
   void on_worker_lost(Worker& w, const std::string& why);
   void bury(ActorRecord& a, const std::string& why);
+  void retire(Worker& w);   // tells it to exit: its last actor went
   void restart_or_bury(ActorRecord& a, const std::string& why, std::map<std::uint64_t, Worker*>& regroup);
   void node_dead(NodeManager::Node& n, const std::string& why);
   void after_release();                         // room came free: waiting groups, then waiting actors

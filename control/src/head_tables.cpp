@@ -99,7 +99,7 @@ WorkerManager::Worker* WorkerManager::for_process(std::uint64_t key) {
   auto it = process_workers_.find(key);
   if (it == process_workers_.end()) return nullptr;
   Worker* w = find(it->second);
-  return w != nullptr && w->state != WorkerState::Dead ? w : nullptr;
+  return w != nullptr && w->state != WorkerState::Dead && !w->exiting ? w : nullptr;
 }
 
 // ---- actors ----

@@ -72,6 +72,7 @@ class WorkerManager {
     std::int64_t pid = 0;
     std::set<std::uint64_t> actors;
     std::deque<WorkerCommand> commands;
+    bool exiting = false;   // told to exit (its last actor went): no new actor goes to it
   };
 
   explicit WorkerManager(Store& store) : ids_(store, "next_worker") {}
@@ -79,7 +80,8 @@ class WorkerManager {
   Worker& restore(std::uint64_t id, std::uint64_t node);   // the existing one, or a new one with that id
   Worker* find(std::uint64_t id);
   std::map<std::uint64_t, Worker>& all() { return workers_; }
-  // The worker of placement's process key (colocated actors share one), while it is not dead.
+  // The worker of placement's process key (colocated actors share one), while it is not dead or
+  // exiting.
   Worker* for_process(std::uint64_t key);
   void bind_process(std::uint64_t key, std::uint64_t worker) { process_workers_[key] = worker; }
 

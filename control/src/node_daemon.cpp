@@ -147,7 +147,7 @@ void NodeDaemon::order_loop() {
   std::map<std::uint64_t, pid_t> all;
   std::map<std::uint64_t, Driver> drivers;
   { std::lock_guard lk(mu_); all.swap(workers_); drivers.swap(drivers_); }
-  for (auto& [id, pid] : all) terminate_process(pid, 1000);
+  for (auto& [id, pid] : all) terminate_group(pid, 1000);
   for (auto& [job, d] : drivers) {   // the whole group: what the driver started goes with it
     ::kill(-d.pid, SIGTERM);
     terminate_process(d.pid, 1000);
@@ -159,7 +159,13 @@ void NodeDaemon::run(const json& cmd) {
   try {
     std::string kind = cmd.at("kind").get<std::string>();
     if (kind == "start_worker" && cmd.value("job", std::uint64_t{0}) == 0) {
-      start_worker(cmd.at("worker_id").get<std::uint64_t>(), cmd.at("binary").get<std::string>(), cmd);
+      try {
+        start_worker(cmd.at("worker_id").get<std::uint64_t>(), cmd.at("binary").get<std::string>(), cmd);
+      } catch (const std::exception& e) {   // no fork, no log file: the head learns of it as of any exit (start_loop)
+        spdlog::error("node {}: start_worker failed: {}", node_id_, e.what());
+        report(json{{"kind", "worker_exited"}, {"worker_id", cmd.value("worker_id", std::uint64_t{0})},
+                    {"status", std::string("could not start: ") + e.what()}});
+      }
     } else if (kind == "start_worker" || kind == "start_driver") {   // may fetch a package: the starter's
       {
         std::lock_guard lk(start_mu_);
@@ -230,7 +236,7 @@ void NodeDaemon::kill_worker(std::uint64_t worker_id) {
     killed_early_.insert(worker_id);   // a job's worker whose start is still queued does not start
     return;
   }
-  ::kill(it->second, SIGTERM);
+  ::kill(-it->second, SIGTERM);   // its group (it leads one: process.cpp): what it started goes with it
   terminating_[it->second] = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   workers_.erase(it);
   wake();
@@ -526,7 +532,7 @@ void NodeDaemon::reap_loop() {
           it = terminating_.erase(it);
           continue;
         }
-        if (now >= it->second) ::kill(it->first, SIGKILL);
+        if (now >= it->second) ::kill(-it->first, SIGKILL);
         ++it;
       }
     }
@@ -558,8 +564,8 @@ void NodeDaemon::stop() {
   std::map<std::uint64_t, Driver> drivers;
   { std::lock_guard lk(mu_); all.swap(workers_); ending.swap(terminating_); drivers.swap(drivers_); }
   for (auto& [job, d] : drivers) ::kill(-d.pid, SIGTERM);
-  for (auto& [id, pid] : all) terminate_process(pid, 2000);
-  for (auto& [pid, deadline] : ending) terminate_process(pid, 500);
+  for (auto& [id, pid] : all) terminate_group(pid, 2000);
+  for (auto& [pid, deadline] : ending) terminate_group(pid, 500);
   for (auto& [job, d] : drivers) {
     terminate_process(d.pid, 2000);
     ::kill(-d.pid, SIGKILL);

@@ -114,6 +114,13 @@ bool wait_exit(pid_t pid, std::chrono::milliseconds limit) {
   return gone;
 }
 
+void terminate_group(pid_t pid, int grace_ms) {
+  if (pid <= 0) return;
+  ::kill(-pid, SIGTERM);
+  terminate_process(pid, grace_ms);
+  ::kill(-pid, SIGKILL);   // what outlived its leader's grace
+}
+
 void terminate_process(pid_t pid, int grace_ms) {
   if (pid <= 0) return;
   if (try_reap(pid)) return;

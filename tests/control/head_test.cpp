@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "head_state.hpp"   // white-box: the head's state machine alone
 #include "support/temp_dir.hpp"
 #include "troupe/control/head.hpp"
 #include "troupe/control/store.hpp"
@@ -483,4 +484,83 @@ TEST_CASE("a placement group's GET with wait_ms is answered when the group's sta
   joiner.join();
   CHECK(ready.value("state", "") == "CREATED");
   CHECK(took < std::chrono::seconds(3));   // woken by the node's arrival, not the 5 s wait
+}
+
+namespace {
+
+// A head's state on a fresh store, with two nodes of 4 CPUs.
+struct TwoNodes {
+  TempDir dir{"troupe-head-state"};
+  std::unique_ptr<troupe::control::Store> store = troupe::control::open_sqlite_store(dir.path + "/store.db");
+  troupe::control::HeadState h{*store};
+  std::uint64_t add_node() {
+    troupe::control::NodeRecord r;
+    r.total = *troupe::placement::Resources::parse("CPU=4");
+    return h.register_node(r).value();
+  }
+  std::uint64_t n1 = add_node(), n2 = add_node();
+  // An actor of the group's bundle 0, made running.
+  const troupe::control::ActorRecord* running(std::uint64_t group, bool colocate, int max_restarts, const char* cpu) {
+    troupe::control::SpawnSpec s;
+    s.type = "T";
+    s.binary = "/bin/true";
+    s.resources = *troupe::placement::Resources::parse(cpu);
+    s.placement_group = group;
+    s.bundle_index = 0;
+    s.colocate = colocate;
+    s.max_restarts = max_restarts;
+    const auto* a = h.create_actor(s).value();
+    REQUIRE(a->worker != 0);
+    REQUIRE(h.worker_ready(a->worker, "127.0.0.1:1", 1).ok());
+    REQUIRE(h.actor_events(a->worker, {troupe::control::ActorEvent{a->id, a->incarnation, troupe::control::ActorEvent::Kind::Ready, ""}}).ok());
+    return h.actor(a->id);
+  }
+  std::uint64_t group() {
+    troupe::placement::PlacementGroupSpec spec;
+    spec.bundles = {*troupe::placement::Resources::parse("CPU=1")};
+    return h.create_group(spec).value().id;
+  }
+};
+
+}  // namespace
+
+// Its bundle stays reserved on the draining node until the node goes: a restart landed there
+// again, its new worker was then moved in turn, and with unlimited restarts the drain never
+// returned (the head hung under its lock).
+TEST_CASE("draining a node leaves a placement group's actor in place until the deadline, and lists it then, with unlimited restarts too") {
+  TwoNodes t;
+  const auto* a = t.running(t.group(), false, -1, "CPU=1");
+  const auto id = a->id, node = a->node, worker = a->worker;
+  REQUIRE(t.h.drain_node(node, std::chrono::milliseconds(50)).ok());
+  a = t.h.actor(id);
+  CHECK(a->restarts == 0);
+  CHECK(a->worker == worker);
+  CHECK(a->state == troupe::control::ActorState::Alive);
+  t.h.advance_drains(std::chrono::steady_clock::now() + std::chrono::seconds(1));
+  const auto& left = t.h.nodes().find(node)->rec.drain_left;
+  REQUIRE(left.size() == 1);
+  CHECK(left[0].find("placement group") != std::string::npos);
+}
+
+// Its worker was told to exit when its last actor went: an actor colocated into the same bundle
+// afterwards went to that worker, which exited under it (the actor buried, "no restarts left").
+TEST_CASE("an actor colocated into a bundle whose worker was told to exit gets a worker of its own") {
+  TwoNodes t;
+  const auto g = t.group();
+  const auto* first = t.running(g, true, 0, "CPU=0.5");
+  const auto w = first->worker;
+  (void)t.h.take_worker_commands(w);
+  REQUIRE(t.h.kill_actor(first->id, "test").ok());
+  troupe::control::SpawnSpec s;
+  s.type = "T";
+  s.binary = "/bin/true";
+  s.resources = *troupe::placement::Resources::parse("CPU=0.5");
+  s.placement_group = g;
+  s.bundle_index = 0;
+  s.colocate = true;
+  const auto* second = t.h.create_actor(s).value();
+  CHECK(second->worker != w);
+  for (const auto& cmd : t.h.take_worker_commands(w)) CHECK(cmd.to_json().dump().find("spawn") == std::string::npos);
+  REQUIRE(t.h.worker_exited(first->node, w, "exit 0").ok());
+  CHECK(t.h.actor(second->id)->state != troupe::control::ActorState::Dead);
 }

@@ -46,6 +46,10 @@ bool wait_exit(pid_t pid, std::chrono::milliseconds limit);
 // SIGTERM, then SIGKILL after `grace_ms` (waiting on its pidfd, not on a clock); reaps it. Safe on
 // a pid that already exited.
 void terminate_process(pid_t pid, int grace_ms);
+// The same for a child that leads its own process group (spawn_process's children do): the group
+// gets the SIGTERM with it, and a SIGKILL once it has gone (what it started and left running, such
+// as a data loader or an inference server holding a GPU).
+void terminate_group(pid_t pid, int grace_ms);
 
 // What prefetch_program read: the program's binary, then its ELF interpreter and the shared
 // libraries it needs, transitively (canonical paths, each once); and their bytes.
