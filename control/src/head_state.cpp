@@ -498,6 +498,12 @@ void HeadState::restart_or_bury(ActorRecord& a, const std::string& why, std::map
     actors_.save(a);
     return;
   }
+  if (a.leaving) {   // an elastic member leaving a draining node (which died first): its group replaces it
+    a.state = ActorState::Dead;
+    a.reason = why + "; it was leaving a draining node";
+    actors_.save(a);
+    return;
+  }
   a.restarts += 1;
   a.state = ActorState::Restarting;
   if (auto it = regroup.find(old_worker); shared_process && it != regroup.end()) {

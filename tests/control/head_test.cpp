@@ -564,3 +564,30 @@ TEST_CASE("an actor colocated into a bundle whose worker was told to exit gets a
   REQUIRE(t.h.worker_exited(first->node, w, "exit 0").ok());
   CHECK(t.h.actor(second->id)->state != troupe::control::ActorState::Dead);
 }
+
+// A member leaving a draining node that dies before the member reports drained: it restarted
+// elsewhere still marked leaving, counted live by the head and skipped by every caller, so the
+// group stayed a member short for good. It is buried, and its group starts another.
+TEST_CASE("an elastic member leaving a draining node that dies first is replaced, not restarted as leaving") {
+  TwoNodes t;
+  troupe::control::ElasticGroupRecord g;
+  g.name = "e";
+  g.member.type = "T";
+  g.member.binary = "/bin/true";
+  g.member.resources = *troupe::placement::Resources::parse("CPU=4");
+  g.member.max_restarts = 3;
+  const auto* eg = t.h.create_elastic(g).value();
+  const auto gid = eg->id, first = eg->members.at(0);
+  const auto* a = t.h.actor(first);
+  REQUIRE(t.h.worker_ready(a->worker, "127.0.0.1:1", 1).ok());
+  REQUIRE(t.h.actor_events(a->worker, {troupe::control::ActorEvent{first, a->incarnation, troupe::control::ActorEvent::Kind::Ready, ""}}).ok());
+  const auto node = a->node;
+  REQUIRE(t.h.drain_node(node, std::chrono::seconds(30)).ok());
+  CHECK(t.h.actor(first)->leaving);
+  REQUIRE(t.h.node_gone(node, "preempted").ok());
+  CHECK(t.h.actor(first)->state == troupe::control::ActorState::Dead);
+  const auto& members = t.h.elastic_groups().at(gid).members;
+  REQUIRE(members.size() == 1);
+  CHECK(members[0] != first);
+  CHECK_FALSE(t.h.actor(members[0])->leaving);
+}
