@@ -391,7 +391,11 @@ int NodeDaemon::open_output(std::uint64_t job, std::uint64_t worker, const std::
   return fds[0];
 }
 
-bool NodeDaemon::read_output(int fd, bool drain, std::vector<net::LogPiece>& out) {
+// What the drain of an ended driver's output reads at most, beside its 500 ms.
+constexpr std::size_t kMaxDrainBytes = std::size_t(16) << 20;
+
+bool NodeDaemon::read_output(int fd, bool drain, std::vector<net::LogPiece>& out, std::chrono::steady_clock::time_point until,
+                             std::size_t* budget) {
   auto it = outputs_.find(fd);
   if (it == outputs_.end()) return false;
   Output& o = it->second;
@@ -412,7 +416,8 @@ bool NodeDaemon::read_output(int fd, bool drain, std::vector<net::LogPiece>& out
       }
       if (o.partial.size() > kLongLine) out.push_back(net::LogPiece{o.job, o.worker, std::exchange(o.partial, {})});
     }
-    if (!drain) return true;
+    if (budget != nullptr) *budget -= std::min(*budget, std::size_t(n));
+    if (!drain || (budget != nullptr && *budget == 0) || std::chrono::steady_clock::now() >= until) return true;
   }
 }
 
@@ -511,11 +516,13 @@ void NodeDaemon::reap_loop() {
           continue;
         }
         // The job ends with its driver: what is left of its process group goes too (JOB-1), and
-        // then its output, whose writers are gone, is read to its end.
+        // then its output, whose writers are gone, is read to its end: for at most 500 ms and
+        // kMaxDrainBytes (a writer in a session of its own outlives the group and may never stop).
         ::kill(-d.pid, SIGKILL);
         if (d.output >= 0) {
           const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
-          while (read_output(d.output, true, logs) && std::chrono::steady_clock::now() < give_up) {
+          std::size_t budget = kMaxDrainBytes;
+          while (read_output(d.output, true, logs, give_up, &budget) && budget > 0 && std::chrono::steady_clock::now() < give_up) {
             pollfd p{d.output, POLLIN, 0};
             ::poll(&p, 1, 50);
           }

@@ -106,8 +106,12 @@ class NodeDaemon {
   std::string prepare_job_dir(std::uint64_t job, const std::string& package,
                               const std::function<void(const std::string&)>& progress);
   int open_output(std::uint64_t job, std::uint64_t worker, const std::string& local_log, int* write_end);   // mu_ held
-  // Reads what `fd` has (all of it when `drain`); false at EOF. mu_ held.
-  bool read_output(int fd, bool drain, std::vector<net::LogPiece>& out);
+  // Reads what `fd` has; false at EOF. When `drain`, all of it, but only until `until` and while
+  // `*budget` bytes are left (counted down): a writer that outlived its driver, in a session of
+  // its own, may never stop. mu_ held.
+  bool read_output(int fd, bool drain, std::vector<net::LogPiece>& out,
+                   std::chrono::steady_clock::time_point until = std::chrono::steady_clock::time_point::max(),
+                   std::size_t* budget = nullptr);
   void close_output(int fd, std::vector<net::LogPiece>& out);   // mu_ held
   void send_logs(const std::vector<net::LogPiece>& pieces);
   void report(const nlohmann::json& event);
