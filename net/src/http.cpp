@@ -255,6 +255,7 @@ void HttpServer::Impl::accept_loop() {
       serve(sock, c.header_due);
       c.done = true;
     });
+    watchdog_cv.notify_one();   // it sleeps while no connection is open
   }
 }
 
@@ -262,7 +263,9 @@ void HttpServer::Impl::watchdog_loop() {
   const auto period = std::clamp<std::chrono::milliseconds>(header_deadline / 4, std::chrono::milliseconds(50), std::chrono::seconds(1));
   std::unique_lock lk(mu);
   while (!stopping) {
-    watchdog_cv.wait_for(lk, period);
+    // Looks every `period` while a connection is open; with none, sleeps until one is accepted.
+    const bool open = std::any_of(connections.begin(), connections.end(), [](const Connection& c) { return !c.done; });
+    if (open) watchdog_cv.wait_for(lk, period); else watchdog_cv.wait(lk);
     const std::int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
     for (auto& c : connections) {
       const std::int64_t due = c.header_due.load();
