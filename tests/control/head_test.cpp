@@ -499,8 +499,8 @@ struct TwoNodes {
     return h.register_node(r).value();
   }
   std::uint64_t n1 = add_node(), n2 = add_node();
-  // An actor of the group's bundle 0, made running.
-  const troupe::control::ActorRecord* running(std::uint64_t group, bool colocate, int max_restarts, const char* cpu) {
+  // An actor of the group's bundle 0.
+  static troupe::control::SpawnSpec in_bundle(std::uint64_t group, bool colocate, int max_restarts, const char* cpu) {
     troupe::control::SpawnSpec s;
     s.type = "T";
     s.binary = "/bin/true";
@@ -509,7 +509,11 @@ struct TwoNodes {
     s.bundle_index = 0;
     s.colocate = colocate;
     s.max_restarts = max_restarts;
-    const auto* a = h.create_actor(s).value();
+    return s;
+  }
+  // One, made running.
+  const troupe::control::ActorRecord* running(std::uint64_t group, bool colocate, int max_restarts, const char* cpu) {
+    const auto* a = h.create_actor(in_bundle(group, colocate, max_restarts, cpu)).value();
     REQUIRE(a->worker != 0);
     REQUIRE(h.worker_ready(a->worker, "127.0.0.1:1", 1).ok());
     REQUIRE(h.actor_events(a->worker, {troupe::control::ActorEvent{a->id, a->incarnation, troupe::control::ActorEvent::Kind::Ready, ""}}).ok());
@@ -551,14 +555,7 @@ TEST_CASE("an actor colocated into a bundle whose worker was told to exit gets a
   const auto w = first->worker;
   (void)t.h.take_worker_commands(w);
   REQUIRE(t.h.kill_actor(first->id, "test").ok());
-  troupe::control::SpawnSpec s;
-  s.type = "T";
-  s.binary = "/bin/true";
-  s.resources = *troupe::placement::Resources::parse("CPU=0.5");
-  s.placement_group = g;
-  s.bundle_index = 0;
-  s.colocate = true;
-  const auto* second = t.h.create_actor(s).value();
+  const auto* second = t.h.create_actor(TwoNodes::in_bundle(g, true, 0, "CPU=0.5")).value();
   CHECK(second->worker != w);
   for (const auto& cmd : t.h.take_worker_commands(w)) CHECK(cmd.to_json().dump().find("spawn") == std::string::npos);
   REQUIRE(t.h.worker_exited(first->node, w, "exit 0").ok());
