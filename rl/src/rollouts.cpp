@@ -59,25 +59,46 @@ RolloutPool::~RolloutPool() {
 
 std::size_t RolloutPool::members() const { return group_ ? group_->size() : 0; }
 
-std::int64_t RolloutPool::pull_weights() {
+void RolloutPool::pull_weights(std::int64_t version) {
+  settle();   // a pull before it that no generate took
   published_ = true;
-  if (!group_) return version_ = engine0_.call_sync(&actors::RolloutEngine::pull_weights, store_);
-  auto first = engine0_.call(&actors::RolloutEngine::pull_weights, store_);   // beside the members' pulls
-  auto slots = group_->call_all(&actors::RolloutEngine::pull_weights, store_).result();
-  if (!slots.ok()) spdlog::warn("rollout pool: {}", slots.error().to_string());
-  else
-    for (const auto& s : *slots) {
-      if (!s.ok()) spdlog::warn("rollout pool: a member did not pull the new weights: {}", s.error().to_string());
-    }
-  version_ = first.get();
-  return version_;
+  version_ = version;
+  // Engine 0's pull goes beside the members'. In this process with no member it runs on this
+  // thread (call_sync, waited for at once): there is no round trip to save.
+  const bool later = detail::cell_remote(*engine0_.cell());
+  if (later || group_) pulling_ = engine0_.call(&actors::RolloutEngine::pull_weights, store_);
+  else pulling_ = make_ready_future(engine0_.call_sync(&actors::RolloutEngine::pull_weights, store_));
+  if (group_) {
+    auto slots = group_->call_all(&actors::RolloutEngine::pull_weights, store_).result();
+    if (!slots.ok()) spdlog::warn("rollout pool: {}", slots.error().to_string());
+    else
+      for (const auto& s : *slots) {
+        if (!s.ok()) spdlog::warn("rollout pool: a member did not pull the new weights: {}", s.error().to_string());
+      }
+  }
+  if (!later) settle();
+}
+
+void RolloutPool::settle() {
+  if (!pulling_.valid()) return;
+  const Future<std::int64_t> pull = std::move(pulling_);
+  pulling_ = {};
+  const std::int64_t got = pull.get();   // its CallError, if it failed
+  if (got != version_)
+    throw std::runtime_error("rollout engine 0 pulled version " + std::to_string(got) + " from the weight store, not the trainer's " +
+                             std::to_string(version_));
 }
 
 actors::RolloutBatch RolloutPool::generate(const actors::GenerateRequest& whole, int* engines) {
   const std::size_t n = whole.prompts.size();
   const std::size_t k = std::min(n, 1 + members());
   if (engines != nullptr) *engines = int(std::max<std::size_t>(1, k));
-  if (k <= 1) return engine0_.call_sync(&actors::RolloutEngine::generate, whole);
+  if (k <= 1) {
+    if (!pulling_.valid()) return engine0_.call_sync(&actors::RolloutEngine::generate, whole);
+    auto batch = engine0_.call(&actors::RolloutEngine::generate, whole);   // behind the pull, in one write
+    settle();
+    return std::move(batch).get();
+  }
   std::int32_t width = whole.prompt_width;   // one width for every part: the whole batch's
   for (const auto& p : whole.prompts) width = std::max(width, std::int32_t(p.size()));
 
@@ -103,6 +124,7 @@ actors::RolloutBatch RolloutPool::generate(const actors::GenerateRequest& whole,
   const auto group = group_->retryable();   // a dead member's part goes to another member
   for (std::size_t j = 1; j < k; ++j)
     futures.push_back(group.call_balanced(split.loads[j], &actors::RolloutEngine::generate, requests[j]));
+  settle();   // engine 0's pull, before its generate
 
   std::vector<actors::RolloutPart> parts;
   for (std::size_t j = 0; j < k; ++j) {

@@ -315,6 +315,7 @@ EvalResult Run::evaluate() {
   req.prompts = encode_prompts(data_.heldout, *tokenizer_);
   req.samples_per_prompt = 1;
   req.sampling = actors::SamplingParams{0.0f, 1.0f, std::int32_t(task_->max_answer_chars() + 1), tokenizer_->eos_id(), 0};
+  pool_->settle();
   auto rollout = rollout_.call_sync(&actors::RolloutEngine::generate, std::move(req));
   auto results = reward_.call_sync(&actors::Reward::score, score_items(data_.heldout, 1, rollout, *tokenizer_));
   EvalResult e;
@@ -397,8 +398,8 @@ actors::TrainMetrics Run::train(const actors::TrainBatch& batch) {
 // Through the versioned weight store: the trainer publishes, the rollout engines pull (engine 0,
 // colocated: no copy beyond the publish; the others: the mapped file or the chain).
 void Run::sync_weights() {
-  trainer_.call_sync(&actors::Trainer::publish_to, weights_);
-  state_.policy_version = pool_->pull_weights();
+  state_.policy_version = trainer_.call_sync(&actors::Trainer::publish_to, weights_);
+  pool_->pull_weights(state_.policy_version);
 }
 
 StepRecord Run::record(const actors::RolloutBatch& samples, const std::vector<actors::RewardResult>& rewards,

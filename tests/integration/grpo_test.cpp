@@ -73,6 +73,7 @@ TEST_CASE("GRPO in worker processes takes the same steps as in-process") {
   REQUIRE(local.size() == 3);
   REQUIRE(remote.size() == local.size());
   for (std::size_t i = 0; i < local.size(); ++i) {
+    CHECK(remote[i]["samples_digest"] == local[i]["samples_digest"]);   // each step sampled from the last one's weights
     CHECK(remote[i]["reward_mean"] == local[i]["reward_mean"]);
     CHECK(remote[i]["loss"] == local[i]["loss"]);
     CHECK(remote[i]["policy_version"] == local[i]["policy_version"]);

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <atomic>
 
+#include "actors/fixtures.hpp"
 #include "support/temp_dir.hpp"
 #include "troupe/rl.hpp"
 
@@ -417,6 +418,37 @@ TEST_CASE("a program's own objective (TROUPE_OBJECTIVE, objectives_test.cpp) tra
   CHECK(started.size() == 1);
   CHECK(started.count(int(rec.values.at("test_pid"))) == 1);
   std::filesystem::remove_all(config.run.run_dir);
+}
+
+TEST_CASE("a rollout pool takes engine 0's pull of new weights with its next generate when engine 0 is in a worker process") {
+  namespace ta = troupe::actors;
+  auto rt = troupe::Runtime::create().value();
+  const ta::PolicyConfig pc = ta::testing::tiny_policy();
+  auto trainer = rt.spawn<ta::Trainer>(troupe::Options{}, ta::TrainerConfig{pc, ta::OptimConfig{}, 1});
+  auto store = rt.spawn<troupe::WeightStore>(troupe::Options{});
+  const ta::GenerateRequest req{{{1, 2}, {3}}, 2, ta::SamplingParams{1.0f, 1.0f, 4, 7, 11}, {}, 0};
+  trainer.call_sync(&ta::Trainer::train_step, ta::testing::copy_batch(4));   // a version an engine does not start with
+  const std::int64_t v = trainer.call_sync(&ta::Trainer::publish_to, store);
+  REQUIRE(v == 1);
+  const std::string refused = "rollout engine 0 pulled version 1 from the weight store, not the trainer's 2";
+  for (const bool worker : {true, false}) {
+    INFO("engine 0 in a worker process: " << worker);
+    auto engine = rt.spawn<ta::RolloutEngine>(troupe::Options{}.process(worker), ta::RolloutConfig{pc, 1, true});
+    RolloutPool pool(rt, engine, store, RolloutRange{1, 1}, troupe::Options{}, ta::RolloutConfig{pc, 1, true});
+    pool.pull_weights(v);
+    CHECK(pool.generate(req).policy_version == std::vector<std::int64_t>(4, v));   // sampled after the pull
+    // A pull that does not get the version the trainer says it published fails: with the next
+    // generate when engine 0 is in another process, at once when it is in this one.
+    if (worker) {
+      pool.pull_weights(v + 1);
+      CHECK_THROWS_WITH_AS(pool.generate(req), refused.c_str(), std::runtime_error);
+    } else {
+      CHECK_THROWS_WITH_AS(pool.pull_weights(v + 1), refused.c_str(), std::runtime_error);
+    }
+    pool.pull_weights(v);
+    CHECK(pool.generate(req).policy_version == std::vector<std::int64_t>(4, v));
+    rt.kill(engine);
+  }
 }
 
 TEST_CASE("placement.verifier_process puts the rule verifier in a worker process of its own") {

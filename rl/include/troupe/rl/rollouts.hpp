@@ -3,7 +3,7 @@
 // version from the weight store: the mapped file on the same host, the chain across hosts).
 //
 //   RolloutPool pool(rt, engine0, store, RolloutRange{1, 3}, member_options, engine_config);
-//   pool.pull_weights();                         // after the trainer published a version
+//   pool.pull_weights(version);                  // after the trainer published `version`
 //   auto batch = pool.generate(request, &used);  // split by cost over this epoch's engines
 //
 // A step's prompts are split across engine 0 and the group's current members by expected cost
@@ -44,9 +44,15 @@ class RolloutPool {
   RolloutPool(const RolloutPool&) = delete;
   RolloutPool& operator=(const RolloutPool&) = delete;
 
-  // Every engine pulls the store's latest version; returns engine 0's policy version. A member
-  // that left meanwhile is skipped; one that joins later pulls the latest in its on_join.
-  std::int64_t pull_weights();
+  // Every engine pulls the store's latest version, `version` (the trainer's, just published). A
+  // member that left meanwhile is skipped; one that joins later pulls the latest in its on_join.
+  // Engine 0's pull is waited for here when engine 0 is in this process. In another process it is
+  // only sent: engine 0's next call (generate, or settle()'s wait) queues behind it, the two leave
+  // in one write and run in order, and that call takes the pull's reply too, a round trip fewer a
+  // step; a failed pull (or one that got another version) is thrown there.
+  void pull_weights(std::int64_t version);
+  // Waits for engine 0's outstanding pull, if any: before a call to engine 0 made outside the pool.
+  void settle();
   // The whole request sampled across the engines (its prompts left-padded to whole.prompt_width,
   // or to its longest prompt when that is 0); *engines receives how many took part.
   actors::RolloutBatch generate(const actors::GenerateRequest& whole, int* engines = nullptr);
@@ -57,7 +63,8 @@ class RolloutPool {
   ActorRef<WeightStore> store_;
   std::optional<ElasticGroup<actors::RolloutEngine>> group_;
   bool published_ = false;   // a version exists for on_join to pull
-  std::int64_t version_ = 0;   // engine 0's, after the last pull_weights
+  std::int64_t version_ = 0;   // the last pull_weights's
+  Future<std::int64_t> pulling_;   // engine 0's pull not yet waited for (it is in another process)
 };
 
 }  // namespace troupe::rl

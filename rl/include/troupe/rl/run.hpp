@@ -328,7 +328,8 @@ class Run {
   // A train step of the policy made through trainer() directly (PPO's, beside its critic's): its
   // time inside the trainer counts in the step's record (ActorTimes), as train()'s do.
   void count_train(const actors::TrainMetrics& m) { train_seconds_ += m.seconds; }
-  // Publishes the trainer's weights to the store; every engine pulls them.
+  // Publishes the trainer's weights to the store; every engine pulls them (engine 0 in a worker
+  // process: its pull leaves with, and is answered before, its next generate: RolloutPool).
   void sync_weights();
   // The step's record: reward statistics of `rewards`, the trainer's metrics, the clock's split,
   // the samples' digest and engines, and the step's time inside the engines' generates and the
