@@ -65,7 +65,7 @@ void RolloutPool::pull_weights(std::int64_t version) {
   version_ = version;
   // Engine 0's pull goes beside the members'. In this process with no member it runs on this
   // thread (call_sync, waited for at once): there is no round trip to save.
-  const bool later = detail::cell_remote(*engine0_.cell());
+  const bool later = engine0_.remote();
   if (later || group_) pulling_ = engine0_.call(&actors::RolloutEngine::pull_weights, store_);
   else pulling_ = make_ready_future(engine0_.call_sync(&actors::RolloutEngine::pull_weights, store_));
   if (group_) {

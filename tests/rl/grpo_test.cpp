@@ -434,6 +434,7 @@ TEST_CASE("a rollout pool takes engine 0's pull of new weights with its next gen
   for (const bool worker : {true, false}) {
     INFO("engine 0 in a worker process: " << worker);
     auto engine = rt.spawn<ta::RolloutEngine>(troupe::Options{}.process(worker), ta::RolloutConfig{pc, 1, true});
+    CHECK(engine.remote() == worker);
     RolloutPool pool(rt, engine, store, RolloutRange{1, 1}, troupe::Options{}, ta::RolloutConfig{pc, 1, true});
     pool.pull_weights(v);
     CHECK(pool.generate(req).policy_version == std::vector<std::int64_t>(4, v));   // sampled after the pull

@@ -60,6 +60,8 @@ class ActorRef {
   explicit ActorRef(std::shared_ptr<detail::ActorCell> cell) : cell_(std::move(cell)) {}
 
   bool valid() const noexcept { return cell_ != nullptr; }
+  // Hosted by another process: its calls cross a link, and call_sync never runs one on the caller's thread.
+  bool remote() const { return cell_ != nullptr && detail::cell_remote(*cell_); }
   std::uint64_t id() const { return detail::cell_id(*cell_); }
   const std::string& label() const { return detail::cell_label(*cell_); }   // "Counter#3"
   // Completes once the actor's constructor has run (in its worker process, for remote actors);
