@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "troupe/placement/balancer.hpp"
@@ -63,11 +64,9 @@ void RolloutPool::pull_weights(std::int64_t version) {
   settle();   // a pull before it that no generate took
   published_ = true;
   version_ = version;
-  // Engine 0's pull goes beside the members'. In this process with no member it runs on this
-  // thread (call_sync, waited for at once): there is no round trip to save.
-  const bool later = engine0_.remote();
-  if (later || group_) pulling_ = engine0_.call(&actors::RolloutEngine::pull_weights, store_);
-  else pulling_ = make_ready_future(engine0_.call_sync(&actors::RolloutEngine::pull_weights, store_));
+  // Engine 0 in this process with no member: its pull runs on this thread (call_sync), nothing to save.
+  if (!engine0_.remote() && !group_) return check_pulled(engine0_.call_sync(&actors::RolloutEngine::pull_weights, store_));
+  pulling_ = engine0_.call(&actors::RolloutEngine::pull_weights, store_);   // beside the members' pulls
   if (group_) {
     auto slots = group_->call_all(&actors::RolloutEngine::pull_weights, store_).result();
     if (!slots.ok()) spdlog::warn("rollout pool: {}", slots.error().to_string());
@@ -76,14 +75,16 @@ void RolloutPool::pull_weights(std::int64_t version) {
         if (!s.ok()) spdlog::warn("rollout pool: a member did not pull the new weights: {}", s.error().to_string());
       }
   }
-  if (!later) settle();
+  if (!engine0_.remote()) settle();
 }
 
 void RolloutPool::settle() {
   if (!pulling_.valid()) return;
-  const Future<std::int64_t> pull = std::move(pulling_);
-  pulling_ = {};
-  const std::int64_t got = pull.get();   // its CallError, if it failed
+  const Future<std::int64_t> pull = std::exchange(pulling_, {});
+  check_pulled(pull.get());   // or its CallError, if it failed
+}
+
+void RolloutPool::check_pulled(std::int64_t got) const {
   if (got != version_)
     throw std::runtime_error("rollout engine 0 pulled version " + std::to_string(got) + " from the weight store, not the trainer's " +
                              std::to_string(version_));

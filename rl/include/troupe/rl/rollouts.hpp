@@ -59,6 +59,8 @@ class RolloutPool {
   std::size_t members() const;   // the group's members in this epoch (engine 0 not counted)
 
  private:
+  void check_pulled(std::int64_t got) const;   // throws unless engine 0 got version_
+
   ActorRef<actors::RolloutEngine> engine0_;
   ActorRef<WeightStore> store_;
   std::optional<ElasticGroup<actors::RolloutEngine>> group_;
