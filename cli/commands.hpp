@@ -32,6 +32,7 @@ struct StartFlags : CommonFlags {
   double drain_deadline_s = 30;           // node: SIGTERM drains it first, for at most this long
   std::string work_dir;                   // the node's job directories; "": <session>/node-<pid>
   std::string cache_dir;                  // its package cache; "": <work_dir>/packages
+  std::uint64_t local_log_bytes = std::uint64_t(64) << 20;   // node: a job process's output in its own copy, at most
 };
 
 struct JobSubmitFlags : CommonFlags {

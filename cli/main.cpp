@@ -101,6 +101,9 @@ int main(int argc, char** argv) {
       ->check(kFinite)->check(CLI::Range(0.0, 86400.0));
   s->add_option("--work-dir", start.work_dir, "Node: where jobs' directories go (default <session>/node-<pid>)");
   s->add_option("--cache-dir", start.cache_dir, "Node: where fetched job packages are kept (default <work-dir>/packages)");
+  s->add_option("--local-log-bytes", start.local_log_bytes,
+                "Node: a job process's output kept in this node's own copy, at most (default 64 MiB; the head keeps the job's log)")
+      ->check(CLI::Range(std::uint64_t(1), std::uint64_t(1) << 50));
 
   auto* st = app.add_subcommand("status", "Nodes and actors of the cluster");
   add_head(st, common);

@@ -136,6 +136,7 @@ int run_daemon(const StartFlags& f, int ready_fd) {
     dc.session_dir = session;
     dc.work_dir = f.work_dir;
     dc.cache_dir = f.cache_dir;
+    dc.local_log_bytes = f.local_log_bytes;
     control::NodeDaemon node(dc);
     node.start(std::chrono::seconds(10));
     std::ofstream(pidf) << ::getpid() << "\n";

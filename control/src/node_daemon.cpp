@@ -386,7 +386,17 @@ int NodeDaemon::open_output(std::uint64_t job, std::uint64_t worker, const std::
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
   ::fcntl(fds[0], F_SETFL, ::fcntl(fds[0], F_GETFL) | O_NONBLOCK);
-  outputs_[fds[0]] = Output{job, worker, local_log, {}};
+  Output o{job, worker, local_log, nullptr, 0, {}};
+  std::error_code ec;
+  if (const auto size = fs::file_size(local_log, ec); !ec) o.kept = size;   // appended to, as before
+  if (o.kept < config_.local_log_bytes) {
+    o.file = std::make_unique<std::ofstream>(local_log, std::ios::binary | std::ios::app);
+    if (!*o.file) {
+      spdlog::warn("node {}: cannot write {}: this node keeps no copy of that output", node_id_, local_log);
+      o.file.reset();
+    }
+  }
+  outputs_[fds[0]] = std::move(o);
   *write_end = fds[1];
   return fds[0];
 }
@@ -404,7 +414,7 @@ bool NodeDaemon::read_output(int fd, bool drain, std::vector<net::LogPiece>& out
     const ssize_t n = ::read(fd, buf, sizeof buf);
     if (n == 0) return false;
     if (n < 0) return errno == EAGAIN || errno == EINTR;
-    std::ofstream(o.local_log, std::ios::binary | std::ios::app).write(buf, n);
+    keep_local(o, buf, std::size_t(n));
     if (o.worker == 0) {
       out.push_back(net::LogPiece{o.job, 0, std::string(buf, std::size_t(n))});
     } else {   // whole lines, so that the head can prefix each
@@ -419,6 +429,21 @@ bool NodeDaemon::read_output(int fd, bool drain, std::vector<net::LogPiece>& out
     if (budget != nullptr) *budget -= std::min(*budget, std::size_t(n));
     if (!drain || (budget != nullptr && *budget == 0) || std::chrono::steady_clock::now() >= until) return true;
   }
+}
+
+void NodeDaemon::keep_local(Output& o, const char* bytes, std::size_t n) {
+  if (!o.file) return;
+  const std::uint64_t cap = config_.local_log_bytes;
+  const std::size_t k = std::size_t(std::min<std::uint64_t>(n, cap - std::min(cap, o.kept)));
+  o.file->write(bytes, std::streamsize(k));
+  o.kept += k;
+  if (k < n || o.kept >= cap) {
+    *o.file << "\n[troupe] this node's copy of the output stops here, at " << cap
+            << " bytes; the head keeps the job's log (troupe job logs)\n";
+    o.file.reset();
+    return;
+  }
+  o.file->flush();   // readable on this node as it comes, as before
 }
 
 void NodeDaemon::close_output(int fd, std::vector<net::LogPiece>& out) {

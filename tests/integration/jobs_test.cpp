@@ -42,6 +42,11 @@ bool wait_job(const itest::Cluster& c, const std::string& id, Pred pred, std::ch
 }
 
 // The id `submit --no-wait` printed: its last stdout line (stderr says what happened).
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
 std::string submitted_id(const itest::CommandResult& r) {
   std::string out = r.output;
   while (!out.empty() && out.back() == '\n') out.pop_back();
@@ -101,7 +106,8 @@ TEST_CASE("a job with a working dir runs its driver and its actors from each nod
   test_support::TempDir tmp("troupe-jobs");
   itest::Cluster c("CPU=2,headnode=1");
   const std::string cache2 = tmp.path + "/node2-cache";
-  c.add_node("CPU=2,side=2", {"--cache-dir", cache2, "--work-dir", tmp.path + "/node2"});
+  // Node 2 keeps 8 bytes of each job process's output in its own copy; the head's log is whole.
+  c.add_node("CPU=2,side=2", {"--cache-dir", cache2, "--work-dir", tmp.path + "/node2", "--local-log-bytes", "8"});
   const std::string wd = make_working_dir(tmp.path, "hello from the package");
 
   // The driver needs what only the head's node has; its actors what only node 2 has.
@@ -144,6 +150,26 @@ TEST_CASE("a job with a working dir runs its driver and its actors from each nod
   CHECK(logs.status == 0);
   CHECK(logs.output.find("echo says hi 0") != std::string::npos);
   CHECK(logs.output.find("driver of job " + id + " attempt 1") != std::string::npos);
+  // Node 2's copies of its workers' output stopped at 8 bytes, each with a line saying so; node 1's
+  // copy of the driver's output is whole.
+  const std::string capped = "\n[troupe] this node's copy of the output stops here, at 8 bytes;";
+  int capped_logs = 0;
+  for (const auto& e : fs::recursive_directory_iterator(c.temp_dir())) {
+    if (!e.is_regular_file() || e.path().filename().string().rfind("worker-", 0) != 0) continue;
+    const std::string text = read_file(e.path().string());
+    if (text.find(capped) == std::string::npos) continue;
+    ++capped_logs;
+    CHECK_MESSAGE(text.find(capped) == 8, e.path().string());
+    CHECK(text.size() < 8 + capped.size() + 64);
+  }
+  CHECK(capped_logs >= 1);
+  bool driver_copy = false;
+  for (const auto& e : fs::recursive_directory_iterator(c.temp_dir())) {
+    if (e.path().filename() != "driver-1.log") continue;
+    const std::string text = read_file(e.path().string());
+    driver_copy = text.find("reply: hi 0 from pid") != std::string::npos && text.find("[troupe] this node's copy") == std::string::npos;
+  }
+  CHECK(driver_copy);
   // JOB-1: nothing of the job is left.
   CHECK(c.wait_until([](const json& s) { return live_actors_of(s, 0) == 0; }, std::chrono::seconds(5)));
 }

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -49,6 +50,10 @@ struct DaemonConfig {
   std::string cache_dir;             // fetched packages; "": <work_dir>/packages
   std::uint64_t cache_bytes = std::uint64_t(10) << 30;   // the package cache's cap (LRU past it)
   std::uint64_t max_package_bytes = std::uint64_t(1) << 30;   // a download larger than this is refused
+  // A job process's output kept in this node's copy (its driver-<attempt>.log, a worker's log), at
+  // most: past it the copy ends with a line saying so. The head's copy has its own cap
+  // (HeadConfig::job_log_bytes), and forwarding to it goes on.
+  std::uint64_t local_log_bytes = std::uint64_t(64) << 20;
 };
 
 class NodeDaemon {
@@ -76,7 +81,9 @@ class NodeDaemon {
   struct Output {
     std::uint64_t job = 0;
     std::uint64_t worker = 0;        // 0: the job's driver
-    std::string local_log;           // a copy on this node
+    std::string local_log;           // a copy on this node, at most DaemonConfig::local_log_bytes
+    std::unique_ptr<std::ofstream> file;   // open on local_log while the copy grows (null once capped)
+    std::uint64_t kept = 0;          // bytes in local_log
     std::string partial;             // a worker's line not yet ended
   };
   struct Driver {
@@ -105,6 +112,7 @@ class NodeDaemon {
   // std::runtime_error naming what failed. `progress` is told each slow step.
   std::string prepare_job_dir(std::uint64_t job, const std::string& package,
                               const std::function<void(const std::string&)>& progress);
+  void keep_local(Output& o, const char* bytes, std::size_t n);   // the copy on this node, capped
   int open_output(std::uint64_t job, std::uint64_t worker, const std::string& local_log, int* write_end);   // mu_ held
   // Reads what `fd` has; false at EOF. When `drain`, all of it, but only until `until` and while
   // `*budget` bytes are left (counted down): a writer that outlived its driver, in a session of
