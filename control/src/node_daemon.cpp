@@ -386,16 +386,10 @@ int NodeDaemon::open_output(std::uint64_t job, std::uint64_t worker, const std::
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
   ::fcntl(fds[0], F_SETFL, ::fcntl(fds[0], F_GETFL) | O_NONBLOCK);
-  Output o{job, worker, local_log, nullptr, 0, {}};
+  Output o{job, worker, local_log, 0, false, {}};
   std::error_code ec;
   if (const auto size = fs::file_size(local_log, ec); !ec) o.kept = size;   // appended to, as before
-  if (o.kept < config_.local_log_bytes) {
-    o.file = std::make_unique<std::ofstream>(local_log, std::ios::binary | std::ios::app);
-    if (!*o.file) {
-      spdlog::warn("node {}: cannot write {}: this node keeps no copy of that output", node_id_, local_log);
-      o.file.reset();
-    }
-  }
+  o.capped = o.kept >= config_.local_log_bytes;
   outputs_[fds[0]] = std::move(o);
   *write_end = fds[1];
   return fds[0];
@@ -431,19 +425,19 @@ bool NodeDaemon::read_output(int fd, bool drain, std::vector<net::LogPiece>& out
   }
 }
 
+// Opened for each piece, not held: a node with many workers would hold a descriptor more for each.
 void NodeDaemon::keep_local(Output& o, const char* bytes, std::size_t n) {
-  if (!o.file) return;
+  if (o.capped) return;
   const std::uint64_t cap = config_.local_log_bytes;
   const std::size_t k = std::size_t(std::min<std::uint64_t>(n, cap - std::min(cap, o.kept)));
-  o.file->write(bytes, std::streamsize(k));
+  std::ofstream file(o.local_log, std::ios::binary | std::ios::app);
+  file.write(bytes, std::streamsize(k));
   o.kept += k;
   if (k < n || o.kept >= cap) {
-    *o.file << "\n[troupe] this node's copy of the output stops here, at " << cap
-            << " bytes; the head keeps the job's log (troupe job logs)\n";
-    o.file.reset();
-    return;
+    file << "\n[troupe] this node's copy of the output stops here, at " << cap
+         << " bytes; the head keeps the job's log (troupe job logs)\n";
+    o.capped = true;
   }
-  o.file->flush();   // readable on this node as it comes, as before
 }
 
 void NodeDaemon::close_output(int fd, std::vector<net::LogPiece>& out) {

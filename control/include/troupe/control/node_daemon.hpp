@@ -20,7 +20,6 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -82,8 +81,8 @@ class NodeDaemon {
     std::uint64_t job = 0;
     std::uint64_t worker = 0;        // 0: the job's driver
     std::string local_log;           // a copy on this node, at most DaemonConfig::local_log_bytes
-    std::unique_ptr<std::ofstream> file;   // open on local_log while the copy grows (null once capped)
     std::uint64_t kept = 0;          // bytes in local_log
+    bool capped = false;             // the copy has ended (its last line says so)
     std::string partial;             // a worker's line not yet ended
   };
   struct Driver {
