@@ -41,12 +41,24 @@ bool wait_job(const itest::Cluster& c, const std::string& id, Pred pred, std::ch
   return pred(job_json(c, id));
 }
 
-// The id `submit --no-wait` printed: its last stdout line (stderr says what happened).
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
+// The regular files under `root` whose name starts with `prefix`; files and directories the
+// cluster's daemons remove meanwhile are passed over.
+std::vector<fs::path> files_under(const std::string& root, const std::string& prefix) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code e2;
+    if (it->is_regular_file(e2) && it->path().filename().string().rfind(prefix, 0) == 0) out.push_back(it->path());
+  }
+  return out;
+}
+
+// The id `submit --no-wait` printed: its last stdout line (stderr says what happened).
 std::string submitted_id(const itest::CommandResult& r) {
   std::string out = r.output;
   while (!out.empty() && out.back() == '\n') out.pop_back();
@@ -154,22 +166,19 @@ TEST_CASE("a job with a working dir runs its driver and its actors from each nod
   // copy of the driver's output is whole.
   const std::string capped = "\n[troupe] this node's copy of the output stops here, at 8 bytes;";
   int capped_logs = 0;
-  for (const auto& e : fs::recursive_directory_iterator(c.temp_dir())) {
-    if (!e.is_regular_file() || e.path().filename().string().rfind("worker-", 0) != 0) continue;
-    const std::string text = read_file(e.path().string());
+  for (const auto& path : files_under(c.temp_dir(), "worker-")) {
+    const std::string text = read_file(path.string());
     if (text.find(capped) == std::string::npos) continue;
     ++capped_logs;
-    CHECK_MESSAGE(text.find(capped) == 8, e.path().string());
+    CHECK_MESSAGE(text.find(capped) == 8, path.string());
     CHECK(text.size() < 8 + capped.size() + 64);
   }
   CHECK(capped_logs >= 1);
-  bool driver_copy = false;
-  for (const auto& e : fs::recursive_directory_iterator(c.temp_dir())) {
-    if (e.path().filename() != "driver-1.log") continue;
-    const std::string text = read_file(e.path().string());
-    driver_copy = text.find("reply: hi 0 from pid") != std::string::npos && text.find("[troupe] this node's copy") == std::string::npos;
-  }
-  CHECK(driver_copy);
+  const auto driver_logs = files_under(c.temp_dir(), "driver-1.log");
+  REQUIRE(driver_logs.size() == 1);
+  const std::string driver_copy = read_file(driver_logs[0].string());
+  CHECK(driver_copy.find("reply: hi 0 from pid") != std::string::npos);
+  CHECK(driver_copy.find("[troupe] this node's copy") == std::string::npos);
   // JOB-1: nothing of the job is left.
   CHECK(c.wait_until([](const json& s) { return live_actors_of(s, 0) == 0; }, std::chrono::seconds(5)));
 }
