@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -86,6 +88,18 @@ void drain_self(const std::string& host, std::uint16_t port, const std::string& 
 
 // Runs the daemon in this process. `ready` receives one line once it is up ("ok ..." or
 // "error ..."), for the parent of a daemonized start.
+// A daemon holds a descriptor or two for each worker, link and connection, and its workers
+// inherit its limits: the soft limit on open files goes up to the hard one, as `ray start` does.
+// Returns the limit before, when it was raised.
+std::optional<rlim_t> raise_open_files_limit() {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur >= lim.rlim_max) return std::nullopt;
+  const rlim_t before = lim.rlim_cur;
+  lim.rlim_cur = lim.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &lim) != 0) return std::nullopt;
+  return before;
+}
+
 int run_daemon(const StartFlags& f, int ready_fd) {
   auto say = [&](const std::string& line) {
     if (ready_fd >= 0) { (void)!::write(ready_fd, (line + "\n").data(), line.size() + 1); ::close(ready_fd); ready_fd = -1; }
@@ -93,6 +107,7 @@ int run_daemon(const StartFlags& f, int ready_fd) {
   };
   sigset_t set = stop_signals();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);   // before any thread starts
+  const auto files_before = raise_open_files_limit();
   std::string pidf = pid_file(f);
   try {
     std::unique_ptr<control::Head> head;
@@ -126,6 +141,11 @@ int run_daemon(const StartFlags& f, int ready_fd) {
       fs::create_directories(fs::path(f.temp_dir));
       if (!fs::exists(session)) session = net::make_session_dir(f.temp_dir);
       log_to((fs::path(session) / "logs" / ("node-" + std::to_string(::getpid()) + ".log")).string());
+    }
+    if (files_before) {
+      rlimit lim{};
+      ::getrlimit(RLIMIT_NOFILE, &lim);
+      spdlog::info("open files: the soft limit raised from {} to {}", std::uint64_t(*files_before), std::uint64_t(lim.rlim_cur));
     }
     control::DaemonConfig dc;
     dc.head_host = head_host;

@@ -5,12 +5,15 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <iostream>
 #include <random>
+#include <sstream>
 
 #include "cluster_harness.hpp"
 #include "support/helper_main.hpp"
@@ -177,6 +180,40 @@ TEST_CASE("a wrong token is refused: no join, no status, no call") {
   // The refusals are logged.
   auto logs = itest::run({"/bin/sh", "-c", "cat " + cluster.temp_dir() + "/session_latest/logs/head.log"});
   CHECK(logs.output.find("refused") != std::string::npos);
+}
+
+TEST_CASE("troupe start raises its daemons' soft limit on open files to the hard limit") {
+  rlimit mine{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &mine) == 0);
+  if (mine.rlim_max != RLIM_INFINITY && mine.rlim_max < 512) {
+    MESSAGE("skipped: the hard limit on open files here is below 512");
+    return;
+  }
+  struct Restore {   // the daemons start from a low soft limit, inherited from this process
+    rlimit was;
+    ~Restore() { ::setrlimit(RLIMIT_NOFILE, &was); }
+  } restore{mine};
+  rlimit low = mine;
+  low.rlim_cur = 256;
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+  itest::Cluster cluster;
+  cluster.add_node("CPU=1");
+  ::setrlimit(RLIMIT_NOFILE, &mine);
+  const auto pids = cluster.daemon_pids();
+  REQUIRE(pids.size() == 2);   // the head's process (with its node) and the node's
+  for (pid_t pid : pids) {
+    std::ifstream limits("/proc/" + std::to_string(pid) + "/limits");
+    std::string line, soft, hard;
+    while (std::getline(limits, line)) {
+      if (line.rfind("Max open files", 0) != 0) continue;
+      std::istringstream in(line.substr(std::string("Max open files").size()));
+      in >> soft >> hard;
+    }
+    INFO("pid " << pid);
+    CHECK(!soft.empty());
+    CHECK(soft == hard);
+    CHECK(soft != "256");
+  }
 }
 
 TEST_CASE("random bytes and truncated messages to the head's port neither crash it nor change it") {
