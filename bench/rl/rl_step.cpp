@@ -26,8 +26,11 @@
 // algorithm: step_ms, median_step_ms, tokens_per_s, the split per phase of each way and actor_ms
 // (the time inside the rollout's generate and the trainer's train steps, as they measured it), and
 // overhead_ratio = in_process / plain and overhead_ratio_workers = workers / plain (by mean step
-// time; median_* by median). The top-level "troupe", "plain" and "overhead_ratio" repeat GRPO's
-// in-process figures under the keys this program printed before it covered the other algorithms.
+// time; median_* by median); actor_ratio_workers, per role, the workers' actor_ms over the plain
+// loop's (the roles' own methods in the worker processes, the calls around them left out). The
+// top-level "troupe", "plain" and "overhead_ratio" repeat GRPO's in-process figures under the keys
+// this program printed before it covered the other algorithms.
+#include <cmath>
 #include <functional>
 #include <iostream>
 #include <string>
@@ -57,6 +60,14 @@ nlohmann::ordered_json report(const std::vector<Sample>& in_process, const std::
   j["plain"] = summarise(plain);
   put_ratio(j, "overhead_ratio", "in_process", "plain");
   put_ratio(j, "overhead_ratio_workers", "workers", "plain");
+  // The roles' own methods in the worker processes against the plain loop's (actor_ms): how much of
+  // overhead_ratio_workers is the worker's compute speed rather than the calls around it.
+  nlohmann::ordered_json speed = nlohmann::ordered_json::object();
+  for (const auto& [role, ms] : j["workers"]["actor_ms"].items()) {
+    const double base = j["plain"]["actor_ms"].value(role, 0.0);
+    if (base > 0) speed[role] = std::round(ms.get<double>() / base * 1000) / 1000;
+  }
+  j["actor_ratio_workers"] = speed;
   j["same_math"] = same_math;
   j["same_math_workers"] = same_math_workers;
   return j;
