@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -86,20 +87,32 @@ void drain_self(const std::string& host, std::uint16_t port, const std::string& 
   }
 }
 
-// Runs the daemon in this process. `ready` receives one line once it is up ("ok ..." or
-// "error ..."), for the parent of a daemonized start.
 // A daemon holds a descriptor or two for each worker, link and connection, and its workers
-// inherit its limits: the soft limit on open files goes up to the hard one, as `ray start` does.
-// Returns the limit before, when it was raised.
-std::optional<rlim_t> raise_open_files_limit() {
+// inherit its limits: the soft limit on open files goes up to the hard one, as `ray start` does,
+// but not past kOpenFilesTarget (a hard limit of 2^20 or more, as containers set, would reach
+// every job process: programs that size tables by the limit, or close every descriptor up to it,
+// slow down). Returns what to log once the log is open (nothing when the limit stays as it was).
+constexpr rlim_t kOpenFilesTarget = 65536;
+
+struct LimitChange {
+  std::string said;
+  bool refused = false;
+};
+
+LimitChange raise_open_files_limit() {
   rlimit lim{};
-  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur >= lim.rlim_max) return std::nullopt;
-  const rlim_t before = lim.rlim_cur;
-  lim.rlim_cur = lim.rlim_max;
-  if (::setrlimit(RLIMIT_NOFILE, &lim) != 0) return std::nullopt;
-  return before;
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return {std::string("open files: getrlimit: ") + std::strerror(errno), true};
+  const rlim_t target = lim.rlim_max == RLIM_INFINITY ? kOpenFilesTarget : std::min(lim.rlim_max, kOpenFilesTarget);
+  if (lim.rlim_cur >= target) return {};
+  const std::string change = std::to_string(lim.rlim_cur) + " to " + std::to_string(target);
+  lim.rlim_cur = target;
+  if (::setrlimit(RLIMIT_NOFILE, &lim) != 0)
+    return {"open files: could not raise the soft limit from " + change + ": " + std::strerror(errno), true};
+  return {"open files: the soft limit raised from " + change, false};
 }
 
+// Runs the daemon in this process. `ready` receives one line once it is up ("ok ..." or
+// "error ..."), for the parent of a daemonized start.
 int run_daemon(const StartFlags& f, int ready_fd) {
   auto say = [&](const std::string& line) {
     if (ready_fd >= 0) { (void)!::write(ready_fd, (line + "\n").data(), line.size() + 1); ::close(ready_fd); ready_fd = -1; }
@@ -107,7 +120,7 @@ int run_daemon(const StartFlags& f, int ready_fd) {
   };
   sigset_t set = stop_signals();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);   // before any thread starts
-  const auto files_before = raise_open_files_limit();
+  const LimitChange files = raise_open_files_limit();   // logged below, once the log is open
   std::string pidf = pid_file(f);
   try {
     std::unique_ptr<control::Head> head;
@@ -142,11 +155,8 @@ int run_daemon(const StartFlags& f, int ready_fd) {
       if (!fs::exists(session)) session = net::make_session_dir(f.temp_dir);
       log_to((fs::path(session) / "logs" / ("node-" + std::to_string(::getpid()) + ".log")).string());
     }
-    if (files_before) {
-      rlimit lim{};
-      ::getrlimit(RLIMIT_NOFILE, &lim);
-      spdlog::info("open files: the soft limit raised from {} to {}", std::uint64_t(*files_before), std::uint64_t(lim.rlim_cur));
-    }
+    if (files.refused) spdlog::warn("{}", files.said);
+    else if (!files.said.empty()) spdlog::info("{}", files.said);
     control::DaemonConfig dc;
     dc.head_host = head_host;
     dc.head_port = head_port;

@@ -59,6 +59,12 @@ void read_ahead(std::uint64_t node, const ProcessSpec& spec, const std::string& 
               got.bytes >> 20, ms);
 }
 
+// The last line of a node's copy of a job process's output that reached the cap.
+std::string capped_line(std::uint64_t cap, bool at_line_start) {
+  return std::string(at_line_start ? "" : "\n") + "[troupe] this node's copy of the output stops here, at " + std::to_string(cap) +
+         " bytes; the head keeps the job's log (troupe job logs)\n";
+}
+
 }  // namespace
 
 NodeDaemon::NodeDaemon(DaemonConfig config) : config_(std::move(config)) {
@@ -389,7 +395,10 @@ int NodeDaemon::open_output(std::uint64_t job, std::uint64_t worker, const std::
   Output o{job, worker, local_log, 0, false, {}};
   std::error_code ec;
   if (const auto size = fs::file_size(local_log, ec); !ec) o.kept = size;   // appended to, as before
-  o.capped = o.kept >= config_.local_log_bytes;
+  if (o.kept >= config_.local_log_bytes) {   // full already (a reused directory): say so for this process
+    std::ofstream(local_log, std::ios::binary | std::ios::app) << capped_line(config_.local_log_bytes, true);
+    o.capped = true;
+  }
   outputs_[fds[0]] = std::move(o);
   *write_end = fds[1];
   return fds[0];
@@ -429,13 +438,12 @@ bool NodeDaemon::read_output(int fd, bool drain, std::vector<net::LogPiece>& out
 void NodeDaemon::keep_local(Output& o, const char* bytes, std::size_t n) {
   if (o.capped) return;
   const std::uint64_t cap = config_.local_log_bytes;
-  const std::size_t k = std::size_t(std::min<std::uint64_t>(n, cap - std::min(cap, o.kept)));
+  const std::size_t k = std::size_t(std::min<std::uint64_t>(n, cap - std::min(cap, o.kept)));   // > 0: not capped
   std::ofstream file(o.local_log, std::ios::binary | std::ios::app);
   file.write(bytes, std::streamsize(k));
   o.kept += k;
-  if (k < n || o.kept >= cap) {
-    file << "\n[troupe] this node's copy of the output stops here, at " << cap
-         << " bytes; the head keeps the job's log (troupe job logs)\n";
+  if (o.kept >= cap) {
+    file << capped_line(cap, bytes[k - 1] == '\n');
     o.capped = true;
   }
 }

@@ -50,8 +50,8 @@ struct DaemonConfig {
   std::uint64_t cache_bytes = std::uint64_t(10) << 30;   // the package cache's cap (LRU past it)
   std::uint64_t max_package_bytes = std::uint64_t(1) << 30;   // a download larger than this is refused
   // A job process's output kept in this node's copy (its driver-<attempt>.log, a worker's log), at
-  // most: past it the copy ends with a line saying so. The head's copy has its own cap
-  // (HeadConfig::job_log_bytes), and forwarding to it goes on.
+  // most: past it the copy ends with a line saying so (0: only that line). The head's copy has its
+  // own cap (HeadConfig::job_log_bytes), and forwarding to it goes on.
   std::uint64_t local_log_bytes = std::uint64_t(64) << 20;
 };
 
