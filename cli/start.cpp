@@ -14,7 +14,6 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
-#include <optional>
 #include <thread>
 
 #include <nlohmann/json.hpp>
