@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <filesystem>
 #include <fcntl.h>
 #include <fstream>
+#include <string_view>
 
 #include "troupe/control/package.hpp"
 #include "troupe/control/process.hpp"
@@ -57,6 +59,25 @@ void read_ahead(std::uint64_t node, const ProcessSpec& spec, const std::string& 
   const auto level = ms >= 1000 ? spdlog::level::info : spdlog::level::debug;
   spdlog::log(level, "node {}: read {}'s {} files ({} MiB) ahead of its start in {} ms", node, what, got.files.size(),
               got.bytes >> 20, ms);
+}
+
+// Appends `bytes` to `path`, a regular file (made if missing). Never blocks and never follows a
+// link: a job may replace its own log file (its directory is its own) with a FIFO or a symlink,
+// and the reaper, which writes here under the daemon's lock, must not wait on one nor write
+// elsewhere. False, with nothing written, when it cannot.
+bool append_file(const std::string& path, std::string_view bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  struct stat st {};
+  bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  while (ok && !bytes.empty()) {
+    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    if (ok) bytes.remove_prefix(std::size_t(n));
+  }
+  ::close(fd);
+  return ok;
 }
 
 // The last line of a node's copy of a job process's output that reached the cap.
@@ -396,7 +417,7 @@ int NodeDaemon::open_output(std::uint64_t job, std::uint64_t worker, const std::
   std::error_code ec;
   if (const auto size = fs::file_size(local_log, ec); !ec) o.kept = size;   // appended to, as before
   if (o.kept >= config_.local_log_bytes) {   // full already (a reused directory): say so for this process
-    std::ofstream(local_log, std::ios::binary | std::ios::app) << capped_line(config_.local_log_bytes, true);
+    append_file(local_log, capped_line(config_.local_log_bytes, true));
     o.capped = true;
   }
   outputs_[fds[0]] = std::move(o);
@@ -435,15 +456,20 @@ bool NodeDaemon::read_output(int fd, bool drain, std::vector<net::LogPiece>& out
 }
 
 // Opened for each piece, not held: a node with many workers would hold a descriptor more for each.
+// A copy that cannot be written (no longer a regular file: see append_file) ends there.
 void NodeDaemon::keep_local(Output& o, const char* bytes, std::size_t n) {
   if (o.capped) return;
   const std::uint64_t cap = config_.local_log_bytes;
   const std::size_t k = std::size_t(std::min<std::uint64_t>(n, cap - std::min(cap, o.kept)));   // > 0: not capped
-  std::ofstream file(o.local_log, std::ios::binary | std::ios::app);
-  file.write(bytes, std::streamsize(k));
+  if (!append_file(o.local_log, std::string_view(bytes, k))) {
+    spdlog::warn("node {}: job {}: its output is no longer copied to {}: not a regular file this node can write", node_id_,
+                 o.job, o.local_log);
+    o.capped = true;
+    return;
+  }
   o.kept += k;
   if (o.kept >= cap) {
-    file << capped_line(cap, bytes[k - 1] == '\n');
+    append_file(o.local_log, capped_line(cap, bytes[k - 1] == '\n'));
     o.capped = true;
   }
 }

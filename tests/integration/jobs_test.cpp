@@ -228,6 +228,27 @@ TEST_CASE("a failing entrypoint ends FAILED with its exit code, and a stopped sh
   CHECK(again.output.find("already ended") != std::string::npos);
 }
 
+TEST_CASE("a job that turns its node's copy of its log into a FIFO or a symlink neither stalls the node nor writes through") {
+  test_support::TempDir tmp("troupe-jobs-fifo");
+  itest::Cluster c("CPU=2");
+  // The node copies the driver's output to driver-1.log in the job's directory, the driver's cwd.
+  auto fifo = c.job({"submit", "--", "sh", "-c", "rm -f driver-1.log && mkfifo driver-1.log && echo after the fifo && sleep 0.3 && echo still here"},
+                    std::chrono::seconds(30));
+  INFO(fifo.output);
+  CHECK(fifo.status == 0);
+  CHECK(fifo.output.find("still here") != std::string::npos);
+  const std::string victim = tmp.path + "/victim";
+  auto link = c.job({"submit", "--", "sh", "-c", "rm -f driver-1.log && ln -s " + victim + " driver-1.log && echo through the link"},
+                    std::chrono::seconds(30));
+  INFO(link.output);
+  CHECK(link.status == 0);
+  CHECK(link.output.find("through the link") != std::string::npos);
+  CHECK_FALSE(fs::exists(victim));   // the node wrote nothing through the link
+  auto after = c.job({"submit", "--", "sh", "-c", "echo the node still runs jobs"}, std::chrono::seconds(30));
+  CHECK(after.status == 0);
+  CHECK(after.output.find("the node still runs jobs") != std::string::npos);
+}
+
 TEST_CASE("stop of a running job frees its actors, workers and group within 5 s, and a pending job stops without running") {
   test_support::TempDir tmp("troupe-jobs");
   itest::Cluster c("CPU=4");
