@@ -30,7 +30,6 @@
 // loop's (the roles' own methods in the worker processes, the calls around them left out). The
 // top-level "troupe", "plain" and "overhead_ratio" repeat GRPO's in-process figures under the keys
 // this program printed before it covered the other algorithms.
-#include <cmath>
 #include <functional>
 #include <iostream>
 #include <string>
@@ -65,7 +64,7 @@ nlohmann::ordered_json report(const std::vector<Sample>& in_process, const std::
   nlohmann::ordered_json speed = nlohmann::ordered_json::object();
   for (const auto& [role, ms] : j["workers"]["actor_ms"].items()) {
     const double base = j["plain"]["actor_ms"].value(role, 0.0);
-    if (base > 0) speed[role] = std::round(ms.get<double>() / base * 1000) / 1000;
+    if (base > 0) speed[role] = ratio3(ms.get<double>(), base);
   }
   j["actor_ratio_workers"] = speed;
   j["same_math"] = same_math;

@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
 #include <iostream>
 #include <random>
 #include <sstream>
@@ -22,6 +21,7 @@
 #include "support/temp_dir.hpp"
 #include "test_actors.hpp"
 #include "troupe/ids.hpp"
+#include "troupe/proc_file.hpp"
 
 using namespace std::chrono_literals;
 using troupe::ErrorCode;
@@ -189,7 +189,7 @@ TEST_CASE("troupe start raises its daemons' soft limit on open files to the hard
   REQUIRE(::getrlimit(RLIMIT_NOFILE, &mine) == 0);
   if (mine.rlim_max < 512) TROUPE_SKIP("the hard limit on open files here is below 512");   // RLIM_INFINITY is the largest value
   const std::string want = std::to_string(std::min<rlim_t>(mine.rlim_max, 65536));
-  struct Restore {   // the daemons start from a low soft limit, inherited from this process
+  struct Restore {   // the daemons start from a low soft limit, inherited from this process (to the end)
     rlimit was;
     ~Restore() { ::setrlimit(RLIMIT_NOFILE, &was); }
   } restore{mine};
@@ -198,15 +198,13 @@ TEST_CASE("troupe start raises its daemons' soft limit on open files to the hard
   REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
   itest::Cluster cluster;
   cluster.add_node("CPU=1");
-  ::setrlimit(RLIMIT_NOFILE, &mine);
   const auto pids = cluster.daemon_pids();
   REQUIRE(pids.size() == 2);   // the head's process (with its node) and the node's
   for (pid_t pid : pids) {
-    std::ifstream limits("/proc/" + std::to_string(pid) + "/limits");
-    std::string line, soft, hard;
-    while (std::getline(limits, line)) {
-      if (line.rfind("Max open files", 0) != 0) continue;
-      std::istringstream in(line.substr(std::string("Max open files").size()));
+    std::string limits, soft, hard;
+    REQUIRE(troupe::read_proc_file("/proc/" + std::to_string(pid) + "/limits", limits) == 0);
+    if (const auto at = limits.find("Max open files"); at != std::string::npos) {
+      std::istringstream in(limits.substr(at + std::string("Max open files").size()));
       in >> soft >> hard;
     }
     INFO("pid " << pid << ": soft " << soft << ", hard " << hard);
