@@ -46,6 +46,12 @@ caf::actor_system_config& RuntimeImpl::configure(caf::actor_system_config& cfg, 
   // microseconds, not a poll period, and an idle process burns no core. CAF is this process's
   // actor system only: no middleman, no port (other processes are reached by links, Peers).
   cfg.set("work-stealing.moderate-poll-attempts", std::size_t{0});
+  // A sleeping pool thread also wakes every relaxed-sleep-duration to try a steal; at CAF's default
+  // (10 ms) that was 100 wake-ups a second per pool thread in every process, busy or idle, each one
+  // taking its core from whatever computed there (CAF 0.17 names these threads "caf.multiplexer").
+  // Work sent to the pool from outside wakes a sleeping thread at once (its queue's condition
+  // variable), and the pool holds only small actors (Options::detached(false)): a steal can wait.
+  cfg.set("work-stealing.relaxed-sleep-duration", caf::timespan{std::chrono::seconds(1)});
   return cfg;
 }
 

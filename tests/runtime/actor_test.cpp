@@ -5,11 +5,15 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <thread>
 
 #include "support/gate_actor.hpp"
+#include "troupe/proc_file.hpp"
 #include "test_actors.hpp"
 
 TROUPE_ACTOR(Counter, add, get, log_calls, sleep_ms, fail);
@@ -273,6 +277,41 @@ TEST_CASE("an actor whose calls stopped parks its thread: an idle process uses n
   const double used = process_cpu_seconds() - cpu0;
   CHECK_MESSAGE(used < 0.05, "an idle process used " << used << " s of CPU in 0.5 s");   // a spinning thread: ~0.5
   CHECK(c.call(&Counter::get).get() == 4000);   // and a parked host still answers
+}
+
+namespace {
+// Context switches of every thread of this process so far: how often its threads woke.
+long process_wakeups() {
+  long n = 0;
+  std::string status;
+  for (const auto& t : std::filesystem::directory_iterator("/proc/self/task")) {
+    if (troupe::read_proc_file(t.path().string() + "/status", status) != 0) continue;   // a thread that ended
+    for (const char* key : {"\nvoluntary_ctxt_switches:", "\nnonvoluntary_ctxt_switches:"}) {
+      const auto at = status.find(key);
+      if (at != std::string::npos) n += std::strtol(status.c_str() + at + std::strlen(key), nullptr, 10);
+    }
+  }
+  return n;
+}
+}  // namespace
+
+// CAF's work-stealing pool wakes each sleeping thread every relaxed-sleep-duration to try a steal;
+// at CAF's default (10 ms) that was 100 wake-ups a second per pool thread in every idle process,
+// each one taking a core from whatever computed there. The runtime sets it to a second.
+TEST_CASE("an idle runtime's threads sleep: no pool thread wakes to poll") {
+  troupe::RuntimeConfig config;
+  config.threads = 4;   // the pool's size: CAF's default poll would wake these 400 times a second
+  auto rt = troupe::Runtime::create(config).value();
+  auto c = rt.spawn<Counter>(troupe::Options{});
+  auto pooled = rt.spawn<Counter>(troupe::Options{}.detached(false));
+  CHECK(c.call(&Counter::add, 1).get() == 1);
+  CHECK(pooled.call(&Counter::add, 2).get() == 2);
+  std::this_thread::sleep_for(1100ms);   // past the pool's first relaxed wait and the host's linger
+  const long before = process_wakeups();
+  std::this_thread::sleep_for(1s);
+  const long woke = process_wakeups() - before;
+  CHECK_MESSAGE(woke < 40, "an idle runtime's threads woke " << woke << " times in 1 s");
+  CHECK(pooled.call(&Counter::add, 3).get() == 5);   // and the sleeping pool still runs new work
 }
 
 // Once a method has run long on its host, a caller waiting on its future sleeps until shortly
