@@ -10,19 +10,23 @@
 //                    where each actor has a host thread of its own (rl::PlacementConfig).
 // The verifier scores on the main thread in every way (rl::Run's driver keeps it). A hand-over is
 // one condition-variable wake each way while the main thread waits, the same in the last two ways,
-// so what tells them apart is only which thread a phase runs on. Prints one JSON object: per
+// so what tells them apart is only which thread a phase runs on. Every thread runs on one CPU
+// (--compute-cpu; compute_cpu.hpp: a VM's vCPUs need not compute equally fast, and a phase handed
+// to a thread on another vCPU would measure that too). Prints one JSON object: per
 // algorithm, each way's summary (plain_roles.hpp: step_ms, split_ms, actor_ms, ...), one_thread_ratio
 // and thread_per_role_ratio (that way's mean step over main's; median_* by median step), and
 // same_math (the three took the same steps, bit for bit).
 #include <condition_variable>
 #include <exception>
 #include <iostream>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <utility>
 
 #include <CLI/CLI.hpp>
 
+#include "compute_cpu.hpp"
 #include "plain_roles.hpp"
 
 namespace {
@@ -144,17 +148,22 @@ nlohmann::ordered_json bench_algorithm(rl::RunConfig c, const std::string& sft, 
 
 int main(int argc, char** argv) {
   auto rt = troupe::init(argc, argv);   // a troupe process's malloc settings (process_memory.hpp), as rl_step's
-  int steps = 200, warmup = 3, sft_steps = 100, blas = 1;
+  int steps = 200, warmup = 3, sft_steps = 100, blas = 1, compute_cpu = first_allowed_cpu();
   std::string algorithms = "dpo";
   CLI::App app{"an algorithm's phases on the main thread, on one other thread, and on a thread per role (plain loop)"};
   app.allow_extras();
   add_length_options(app, steps, warmup, sft_steps);
   app.add_option("--algorithms", algorithms, "comma-separated: grpo, ppo, dpo");
   app.add_option("--blas-threads", blas, "OpenBLAS threads (placement.blas_threads; default 1); -1: each algorithm's own");
+  app.add_option("--compute-cpu", compute_cpu,
+                 "the CPU every thread runs on (compute_cpu.hpp; default: the first this process may run on); -1: the kernel places them");
   CLI11_PARSE(app, argc, argv);
   std::vector<std::string> names;
+  std::unique_ptr<ComputeCpu> pin;   // while the benches run
   try {
     names = algorithm_names(algorithms, {"grpo", "ppo", "dpo"});
+    pin = std::make_unique<ComputeCpu>(compute_cpu);
+    pin->whole_process();
   } catch (const std::invalid_argument& e) {
     std::cerr << "phase_threads: " << e.what() << "\n";
     return 2;
@@ -168,7 +177,8 @@ int main(int argc, char** argv) {
     nlohmann::ordered_json out;
     out["bench"] = "phase_threads";
     out["config"] = {{"task", demo.task.spec}, {"prompts_per_step", demo.algo.prompts_per_step}, {"group_size", demo.algo.group_size},
-                     {"sft_steps", sft_steps}, {"steps", steps}};
+                     {"sft_steps", sft_steps}, {"steps", steps},
+                     {"compute_cpu", compute_cpu >= 0 ? nlohmann::ordered_json(compute_cpu) : nlohmann::ordered_json()}};
     for (const auto& name : names) out[name] = bench_algorithm(bench_config(demo, name, blas, sft, dir + "/" + name), sft, warmup, steps);
     std::cout << out.dump() << std::endl;
     return 0;

@@ -13,6 +13,13 @@
 //               in the driver's process: rl/include/troupe/rl/run.hpp, PlacementConfig);
 //   plain       the same actor classes as plain objects (plain_roles.hpp), called directly in one thread with the same
 //               math (the algorithms' batch builders, algorithms.hpp): one plain libtorch loop.
+// Each way computes on the same CPU (--compute-cpu, default the first this process may run on;
+// compute_cpu.hpp): the thread that runs the plain loop and the in-process methods, and the worker
+// processes' actor threads (PPO's critic, in a worker of its own, on the next CPU). A VM's vCPUs
+// need not compute equally fast, nor stay so (build/bench/vcpu_speed): left to the kernel, a worker
+// process and the plain loop landed on different vCPUs, and overhead_ratio_workers measured them
+// as much as troupe (DPO, 200 steps, 2026-12-05: 0.965-1.14 unpinned in the hour its pinned runs
+// gave 1.089-1.128). --compute-cpu -1 leaves every thread to the kernel, as before.
 // PPO runs with build/bin/ppo's settings. Every algorithm runs with OpenBLAS at one thread
 // (--blas-threads, default 1: the one CPU each role holds), in every process while its runs last,
 // the plain loop's steps included (actors/blas.hpp). OpenBLAS's own pool is as wide as the machine,
@@ -38,6 +45,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "compute_cpu.hpp"
 #include "plain_roles.hpp"
 #include "troupe/rl.hpp"
 
@@ -73,7 +81,9 @@ nlohmann::ordered_json report(const std::vector<Sample>& in_process, const std::
 }
 
 // GRPO, PPO or DPO: an in-process rl::Run, a worker-process one and the plain loop, interleaved.
-nlohmann::ordered_json bench_algorithm(Runtime& rt, rl::RunConfig config, const std::string& sft, int warmup, int steps) {
+nlohmann::ordered_json bench_algorithm(Runtime& rt, rl::RunConfig config, const std::string& sft, int warmup, int steps,
+                                       int compute_cpu) {
+  const ComputeCpu pin(compute_cpu);   // before the Runs: their worker processes are this bench's
   rl::RunConfig workers_config = config;
   workers_config.placement.worker_processes = true;
   workers_config.run.run_dir += "-workers";
@@ -89,6 +99,8 @@ nlohmann::ordered_json bench_algorithm(Runtime& rt, rl::RunConfig config, const 
     Sample x, y, z;
     for (int k = 0; k < 3; ++k) {   // each way first, second and third in turn: none always follows the same one
       const int way = (i + k) % 3;
+      if (way == 1) pin.workers();
+      else pin.here();
       if (way == 0) x = from_record(in_process.step());
       else if (way == 1) y = from_record(workers.step());
       else z = plain.step(cursor, step);
@@ -105,7 +117,7 @@ nlohmann::ordered_json bench_algorithm(Runtime& rt, rl::RunConfig config, const 
 // Reward-model training (Bradley-Terry on pairs of a correct and a wrong answer, the SFT trunk with
 // a score head): a Trainer actor on a thread, one in a worker process, and a plain Trainer.
 nlohmann::ordered_json bench_reward_model(Runtime& rt, const rl::RunConfig& demo, const std::string& sft, int warmup, int steps,
-                                          int pairs_per_step) {
+                                          int pairs_per_step, int compute_cpu) {
   const auto task = rl::make_task(demo.task.spec);
   const actors::CharTokenizer tok(task->alphabet());
   actors::PolicyConfig model = demo.model.policy;
@@ -117,6 +129,7 @@ nlohmann::ordered_json bench_reward_model(Runtime& rt, const rl::RunConfig& demo
   optim.lr = 1e-4;
   optim.warmup_steps = 20;
   const actors::TrainerConfig tc{model, optim, demo.placement.trainer_threads, demo.placement.blas_threads};
+  const ComputeCpu pin(compute_cpu);
   auto thread = rt.spawn<actors::Trainer>(Options{}.name("rm_thread"), tc);
   auto worker = rt.spawn<actors::Trainer>(Options{}.name("rm_worker").process(true), tc);
   actors::Trainer plain(tc);
@@ -144,6 +157,8 @@ nlohmann::ordered_json bench_reward_model(Runtime& rt, const rl::RunConfig& demo
     Sample x, y, z;
     for (int k = 0; k < 3; ++k) {   // in turn, as bench_algorithm's ways
       const int way = (i + k) % 3;
+      if (way == 1) pin.workers();
+      else pin.here();
       if (way == 0) x = timed([&] { return thread.call_sync(&actors::Trainer::train_step, batch); });
       else if (way == 1) y = timed([&] { return worker.call_sync(&actors::Trainer::train_step, batch); });
       else z = timed([&] { return plain.train_step(batch); });
@@ -163,7 +178,7 @@ nlohmann::ordered_json bench_reward_model(Runtime& rt, const rl::RunConfig& demo
 
 int main(int argc, char** argv) {
   auto rt = troupe::init(argc, argv);   // a worker process of this bench returns never
-  int steps = 20, warmup = 3, sft_steps = 100, rm_pairs = 64, blas = 1;
+  int steps = 20, warmup = 3, sft_steps = 100, rm_pairs = 64, blas = 1, compute_cpu = first_allowed_cpu();
   std::string algorithms = "grpo,ppo,dpo,reward_model";
   CLI::App app{"one step of each algorithm: troupe actors (in-process and in worker processes) vs a plain loop"};
   app.allow_extras();
@@ -171,10 +186,13 @@ int main(int argc, char** argv) {
   app.add_option("--algorithms", algorithms, "comma-separated: grpo, ppo, dpo, reward_model");
   app.add_option("--blas-threads", blas,
                  "OpenBLAS threads for every algorithm (placement.blas_threads; default 1; 0: the default pool); -1: each its own (ppo 1)");
+  app.add_option("--compute-cpu", compute_cpu,
+                 "the CPU every way computes on (compute_cpu.hpp; default: the first this process may run on); -1: the kernel places them");
   CLI11_PARSE(app, argc, argv);
   std::vector<std::string> names;
   try {
     names = algorithm_names(algorithms, {"grpo", "ppo", "dpo", "reward_model"});
+    (void)ComputeCpu(compute_cpu);   // one this process may run on
   } catch (const std::invalid_argument& e) {
     std::cerr << "rl_step: " << e.what() << "\n";
     return 2;
@@ -190,15 +208,16 @@ int main(int argc, char** argv) {
     out["bench"] = "rl_step";
     out["config"] = {{"task", demo.task.spec}, {"layers", demo.model.policy.layers}, {"d_model", demo.model.policy.d_model},
                      {"prompts_per_step", demo.algo.prompts_per_step}, {"group_size", demo.algo.group_size}, {"rm_pairs_per_step", rm_pairs},
-                     {"threads_per_actor", demo.placement.trainer_threads}, {"sft_steps", sft_steps}, {"steps", steps}};
+                     {"threads_per_actor", demo.placement.trainer_threads}, {"sft_steps", sft_steps}, {"steps", steps},
+                     {"compute_cpu", compute_cpu >= 0 ? nlohmann::ordered_json(compute_cpu) : nlohmann::ordered_json()}};
     for (const auto& name : names) {
       if (name == "reward_model") {
         rl::RunConfig c = demo;
         if (blas >= 0) c.placement.blas_threads = blas;
-        out[name] = bench_reward_model(rt, c, sft, warmup, steps, rm_pairs);
+        out[name] = bench_reward_model(rt, c, sft, warmup, steps, rm_pairs, compute_cpu);
         continue;
       }
-      out[name] = bench_algorithm(rt, bench_config(demo, name, blas, sft, dir + "/" + name), sft, warmup, steps);
+      out[name] = bench_algorithm(rt, bench_config(demo, name, blas, sft, dir + "/" + name), sft, warmup, steps, compute_cpu);
     }
     if (out.contains("grpo")) {
       out["troupe"] = out["grpo"]["in_process"];
