@@ -19,7 +19,7 @@
 // need not compute equally fast, nor stay so (build/bench/vcpu_speed): left to the kernel, a worker
 // process and the plain loop landed on different vCPUs, and overhead_ratio_workers measured them
 // as much as troupe (DPO, 200 steps, 2026-12-05: 0.965-1.14 unpinned in the hour its pinned runs
-// gave 1.089-1.128). --compute-cpu -1 leaves every thread to the kernel, as before.
+// gave 1.084-1.128). --compute-cpu -1 leaves every thread to the kernel, as before.
 // PPO runs with build/bin/ppo's settings. Every algorithm runs with OpenBLAS at one thread
 // (--blas-threads, default 1: the one CPU each role holds), in every process while its runs last,
 // the plain loop's steps included (actors/blas.hpp). OpenBLAS's own pool is as wide as the machine,
