@@ -41,17 +41,15 @@ RuntimeImpl::~RuntimeImpl() {
 caf::actor_system_config& RuntimeImpl::configure(caf::actor_system_config& cfg, const RuntimeConfig& rc) {
   unsigned threads = rc.threads > 0 ? unsigned(rc.threads) : std::max(1u, std::thread::hardware_concurrency());
   cfg.set("scheduler.max-threads", threads);
-  // Idle scheduler threads go from a short spin straight to a condition variable (woken at once
-  // by new work) instead of polling every 50 us: work for a scheduled actor then waits
-  // microseconds, not a poll period, and an idle process burns no core. CAF is this process's
+  // CAF's pool runs the small actors (Options::detached(false)) with one shared queue (work
+  // sharing): an idle pool thread sleeps on its condition variable until a job comes, and each job
+  // wakes one. CAF's default, work stealing, gives each job to the next thread in turn, wakes that
+  // thread only, and has idle threads poll every relaxed-sleep-duration (10 ms) to steal: 100
+  // wake-ups a second per pool thread in every process, busy or idle, each taking its core from
+  // whatever computed there (CAF 0.17 names these threads "caf.multiplexer"), and a job handed to
+  // a thread busy with a long method waits for it or for the next steal. CAF is this process's
   // actor system only: no middleman, no port (other processes are reached by links, Peers).
-  cfg.set("work-stealing.moderate-poll-attempts", std::size_t{0});
-  // A sleeping pool thread also wakes every relaxed-sleep-duration to try a steal; at CAF's default
-  // (10 ms) that was 100 wake-ups a second per pool thread in every process, busy or idle, each one
-  // taking its core from whatever computed there (CAF 0.17 names these threads "caf.multiplexer").
-  // Work sent to the pool from outside wakes a sleeping thread at once (its queue's condition
-  // variable), and the pool holds only small actors (Options::detached(false)): a steal can wait.
-  cfg.set("work-stealing.relaxed-sleep-duration", caf::timespan{std::chrono::seconds(1)});
+  cfg.set("scheduler.policy", caf::atom("sharing"));
   return cfg;
 }
 

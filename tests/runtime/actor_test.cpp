@@ -295,9 +295,9 @@ long process_wakeups() {
 }
 }  // namespace
 
-// CAF's work-stealing pool wakes each sleeping thread every relaxed-sleep-duration to try a steal;
-// at CAF's default (10 ms) that was 100 wake-ups a second per pool thread in every idle process,
-// each one taking a core from whatever computed there. The runtime sets it to a second.
+// CAF's default pool (work stealing) wakes each sleeping thread every relaxed-sleep-duration
+// (10 ms) to try a steal: 100 wake-ups a second per pool thread in every idle process, each one
+// taking a core from whatever computed there. The runtime's pool shares one queue instead.
 TEST_CASE("an idle runtime's threads sleep: no pool thread wakes to poll") {
   troupe::RuntimeConfig config;
   config.threads = 4;   // the pool's size: CAF's default poll would wake these 400 times a second
@@ -312,6 +312,23 @@ TEST_CASE("an idle runtime's threads sleep: no pool thread wakes to poll") {
   const long woke = process_wakeups() - before;
   CHECK_MESSAGE(woke < 40, "an idle runtime's threads woke " << woke << " times in 1 s");
   CHECK(pooled.call(&Counter::add, 3).get() == 5);   // and the sleeping pool still runs new work
+}
+
+// Work stealing hands each job to the next pool thread in turn and wakes only that one: a call to a
+// pooled actor that lands on a thread busy with another actor's long method waits for it (or for
+// an idle thread's next steal). With one shared queue the idle thread takes it.
+TEST_CASE("a long method on one pool thread does not hold up calls to other pooled actors") {
+  troupe::RuntimeConfig config;
+  config.threads = 2;
+  auto rt = troupe::Runtime::create(config).value();
+  auto busy = rt.spawn<Counter>(troupe::Options{}.detached(false));
+  auto other = rt.spawn<Counter>(troupe::Options{}.detached(false));
+  CHECK(busy.call(&Counter::add, 1).get() == 1);
+  auto long_call = busy.call(&Counter::sleep_ms, 2000);   // holds one of the two pool threads
+  std::this_thread::sleep_for(100ms);
+  for (int i = 1; i <= 6; ++i) CHECK(other.call(&Counter::add, 1).get() == i);   // half would go to the busy thread
+  CHECK_FALSE(long_call.wait_for(0ms));   // all answered while the long method still ran
+  long_call.get();
 }
 
 // Once a method has run long on its host, a caller waiting on its future sleeps until shortly
