@@ -6,11 +6,14 @@
 // process against a plain loop: bench/rl/compute_cpu.hpp) measures that difference too. Prints one
 // JSON object: per window, each CPU's mean chunk time (ms) and spread = slowest / fastest; over
 // all windows spread_median, spread_max and the share of windows whose spread is over 1.05 and
-// over 1.10. Run alone: anything else running shows up as a slow CPU.
+// over 1.10 (a last window shorter than half of --window is left out). It times one CPU at a time
+// while the others idle, so it shows how fast each computes alone, not how two that are busy at
+// once slow each other. Run alone: anything else running shows up as a slow CPU.
 #include <sched.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <chrono>
 #include <cstring>
 #include <iostream>
@@ -63,13 +66,14 @@ int main(int argc, char** argv) {
       for (std::size_t i = 0; i < a.size(); ++i) a[i] = a[i] * 0.999f + b[i];
   };
   nlohmann::ordered_json windows = nlohmann::ordered_json::array();
-  std::vector<double> spreads;
+  std::vector<double> spreads;   // as printed (rounded)
   const auto t0 = Clock::now();
   const auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   while (elapsed() < seconds) {
     std::vector<double> sum(cpus.size(), 0.0);
     std::vector<int> n(cpus.size(), 0);
-    const double end = std::min(seconds, elapsed() + window_s);
+    const double begin = elapsed();
+    const double end = std::min(seconds, begin + window_s);
     while (elapsed() < end) {
       for (std::size_t k = 0; k < cpus.size(); ++k) {
         if (!pin(cpus[k])) {
@@ -83,6 +87,7 @@ int main(int argc, char** argv) {
         ++n[k];
       }
     }
+    if (elapsed() - begin < window_s / 2 || *std::min_element(n.begin(), n.end()) == 0) break;   // the cut-off end
     nlohmann::ordered_json w;
     w["t_s"] = std::round(elapsed() * 10) / 10;
     double lo = 1e300, hi = 0;
@@ -92,10 +97,14 @@ int main(int argc, char** argv) {
       lo = std::min(lo, ms);
       hi = std::max(hi, ms);
     }
-    const double spread = lo > 0 ? hi / lo : 1.0;
-    w["spread"] = std::round(spread * 1000) / 1000;
+    const double spread = std::round((lo > 0 ? hi / lo : 1.0) * 1000) / 1000;
+    w["spread"] = spread;
     spreads.push_back(spread);
     windows.push_back(w);
+  }
+  if (spreads.empty()) {
+    std::cerr << "vcpu_speed: no whole window: --seconds must be at least half of --window\n";
+    return 2;
   }
   const auto share_over = [&](double x) {
     return std::round(double(std::count_if(spreads.begin(), spreads.end(), [&](double s) { return s > x; })) / double(spreads.size()) * 1000) /

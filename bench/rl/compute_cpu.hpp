@@ -1,7 +1,7 @@
 // Which CPU each way of an RL bench computes on. On a VM the vCPUs need not be equally fast, nor
 // stay so: on the 2-vCPU VM these benches are measured on, the same chunk of arithmetic timed on
 // each vCPU in turn (build/bench/vcpu_speed, 2026-12-05) ran 1.00-1.04 x as long on one as on the
-// other for minutes, and 1.3-2.4 x for seconds at a time, the slower one changing. A worker
+// other for minutes, and 1.2-2.4 x for seconds at a time, the slower one changing. A worker
 // process and the plain loop left to the kernel compute on whichever vCPUs it gives them, and
 // their ratio then measures the two vCPUs as much as troupe: fixed pins showed it (rl_step's DPO,
 // 200 steps, the worker process on the other vCPU than the driver: 1.173 and 1.080 with the vCPUs
@@ -10,7 +10,10 @@
 // processes' actor threads (the k-th process's, oldest first, on the k-th allowed CPU from it on:
 // PPO's critic, in a worker of its own, keeps a CPU of its own), while every other thread (the
 // driver's while it only drives the workers' calls, the workers' link threads) runs where the
-// kernel puts it, as unpinned. Linux only (sched_setaffinity, /proc).
+// kernel puts it, as unpinned. This compares like with like when each role computes on one thread
+// (rl_step's defaults: trainer_threads 1, --blas-threads 1): threads an actor thread starts inherit
+// its name, and so go on its CPU, where the plain loop's pool threads would run anywhere. Linux only
+// (sched_setaffinity, /proc).
 #pragma once
 
 #include <dirent.h>
@@ -50,6 +53,7 @@ inline std::vector<pid_t> numeric_entries(const std::string& dir) {
 // (the others onto `rest`); a thread (or the process) that has ended is skipped. How many went
 // onto `set`.
 inline int pin_process(pid_t pid, const cpu_set_t& set, const std::string& only = "", const cpu_set_t* rest = nullptr) {
+  if (!only.empty() && rest == nullptr) throw std::invalid_argument("pin_process: `only` without `rest`");
   const std::string dir = "/proc/" + std::to_string(pid) + "/task/";
   std::string comm;
   int pinned = 0;
@@ -184,11 +188,13 @@ class ComputeCpu {
     for (std::size_t k = 0; k < ours.size() && k < allowed_.size(); ++k) CPU_CLR(allowed_[(first + k) % allowed_.size()], &off);
     if (CPU_COUNT(&off) > 0) pin_process(::getpid(), off);
     pin_process(::getpid(), start_);
+    // Workers this process did not start (a cluster's nodes started them), or none named as CAF
+    // names an actor's thread: they would compute wherever the kernel put them. Said, not measured.
+    if (ours.empty()) throw std::runtime_error("compute_cpu: no worker process of this bench runs here (--compute-cpu -1 leaves them unpinned)");
     int pinned = 0;
     for (std::size_t k = 0; k < ours.size(); ++k)
       pinned += pin_process(ours[k], one(allowed_[(first + k) % allowed_.size()]), kActorThread, &start_);
-    if (!ours.empty() && pinned == 0)   // they would compute wherever the kernel put them: say so, not measure that
-      throw std::runtime_error("compute_cpu: no thread named " + std::string(kActorThread) + " in the worker processes");
+    if (pinned == 0) throw std::runtime_error("compute_cpu: no thread named " + std::string(kActorThread) + " in the worker processes");
   }
 
  private:

@@ -167,6 +167,9 @@ int main(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     std::cerr << "phase_threads: " << e.what() << "\n";
     return 2;
+  } catch (const std::exception& e) {   // sched_getaffinity / sched_setaffinity refused
+    std::cerr << "phase_threads: " << e.what() << "\n";
+    return 1;
   }
   const auto demo = rl::RunConfig::demo();
   try {

@@ -196,6 +196,9 @@ int main(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     std::cerr << "rl_step: " << e.what() << "\n";
     return 2;
+  } catch (const std::exception& e) {   // sched_getaffinity refused
+    std::cerr << "rl_step: " << e.what() << "\n";
+    return 1;
   }
 
   auto demo = rl::RunConfig::demo();
