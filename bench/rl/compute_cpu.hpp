@@ -1,7 +1,8 @@
 // Which CPU each way of an RL bench computes on. On a VM the vCPUs need not be equally fast, nor
 // stay so: on the 2-vCPU VM these benches are measured on, the same chunk of arithmetic timed on
-// each vCPU in turn (build/bench/vcpu_speed, 2026-12-05) ran 1.00-1.04 x as long on one as on the
-// other for minutes, and 1.2-2.4 x for seconds at a time, the slower one changing. A worker
+// each vCPU in turn (build/bench/vcpu_speed, 2026-12-05) ran within 1.05 x as long on one as on the
+// other in most 1 s windows of a quiet stretch, and 1.2-2.4 x for seconds at a time, the slower one
+// changing. A worker
 // process and the plain loop left to the kernel compute on whichever vCPUs it gives them, and
 // their ratio then measures the two vCPUs as much as troupe: fixed pins showed it (rl_step's DPO,
 // 200 steps, the worker process on the other vCPU than the driver: 1.173 and 1.080 with the vCPUs

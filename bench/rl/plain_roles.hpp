@@ -203,11 +203,11 @@ inline nlohmann::ordered_json summarise(const std::vector<Sample>& samples) {
   return j;
 }
 
-// Into `j`, whose members `way` and `base` are summaries (summarise): `key`, way's mean step over
-// base's, and "median_" + `key`, by median step, each to three decimals.
 // of / base, to three decimals (the ratios both benches print).
 inline double ratio3(double of, double base) { return std::round(of / base * 1000) / 1000; }
 
+// Into `j`, whose members `way` and `base` are summaries (summarise): `key`, way's mean step over
+// base's, and "median_" + `key`, by median step, each to three decimals.
 inline void put_ratio(nlohmann::ordered_json& j, const std::string& key, const char* way, const char* base) {
   const auto ratio = [&](const char* of) { return ratio3(j[way][of].get<double>(), j[base][of].get<double>()); };
   j[key] = ratio("step_ms");
