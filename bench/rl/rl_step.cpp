@@ -10,7 +10,9 @@
 //               driver's thread (runtime/include/troupe/actor_ref.hpp);
 //   workers     the same with worker processes (placement.worker_processes: trainer and rollout
 //               colocated in one worker with the reference, PPO's critic in its own, the rule verifier
-//               in the driver's process: rl/include/troupe/rl/run.hpp, PlacementConfig);
+//               in the driver's process: rl/include/troupe/rl/run.hpp, PlacementConfig), the
+//               worker's roles sharing their threads (placement.share_threads; --share-threads 0:
+//               each role's calls on its own thread);
 //   plain       the same actor classes as plain objects (plain_roles.hpp), called directly in one thread with the same
 //               math (the algorithms' batch builders, algorithms.hpp): one plain libtorch loop.
 // Each way computes on the same CPU (--compute-cpu, default the first this process may run on;
@@ -82,10 +84,11 @@ nlohmann::ordered_json report(const std::vector<Sample>& in_process, const std::
 
 // GRPO, PPO or DPO: an in-process rl::Run, a worker-process one and the plain loop, interleaved.
 nlohmann::ordered_json bench_algorithm(Runtime& rt, rl::RunConfig config, const std::string& sft, int warmup, int steps,
-                                       int compute_cpu) {
+                                       int compute_cpu, bool share_threads) {
   const ComputeCpu pin(compute_cpu);   // before the Runs: their worker processes are this bench's
   rl::RunConfig workers_config = config;
   workers_config.placement.worker_processes = true;
+  workers_config.placement.share_threads = share_threads;
   workers_config.run.run_dir += "-workers";
   rl::Run in_process(rt, config), workers(rt, workers_config);
   in_process.warm_start();   // no SFT steps: init_weights are the SFT weights
@@ -111,6 +114,7 @@ nlohmann::ordered_json bench_algorithm(Runtime& rt, rl::RunConfig config, const 
   }
   auto j = report(a, b, c, same_math, same_math_workers);
   j["blas_threads"] = config.placement.blas_threads;
+  j["share_threads"] = share_threads;
   return j;
 }
 
@@ -179,6 +183,7 @@ nlohmann::ordered_json bench_reward_model(Runtime& rt, const rl::RunConfig& demo
 int main(int argc, char** argv) {
   auto rt = troupe::init(argc, argv);   // a worker process of this bench returns never
   int steps = 20, warmup = 3, sft_steps = 100, rm_pairs = 64, blas = 1, compute_cpu = first_allowed_cpu();
+  bool share_threads = true;
   std::string algorithms = "grpo,ppo,dpo,reward_model";
   CLI::App app{"one step of each algorithm: troupe actors (in-process and in worker processes) vs a plain loop"};
   app.allow_extras();
@@ -188,6 +193,8 @@ int main(int argc, char** argv) {
                  "OpenBLAS threads for every algorithm (placement.blas_threads; default 1; 0: the default pool); -1: each its own (ppo 1)");
   app.add_option("--compute-cpu", compute_cpu,
                  "the CPU every way computes on (compute_cpu.hpp; default: the first this process may run on); -1: the kernel places them");
+  app.add_option("--share-threads", share_threads,
+                 "workers: the worker's roles share their threads (placement.share_threads; default 1); 0: each its own");
   CLI11_PARSE(app, argc, argv);
   std::vector<std::string> names;
   try {
@@ -220,7 +227,8 @@ int main(int argc, char** argv) {
         out[name] = bench_reward_model(rt, c, sft, warmup, steps, rm_pairs, compute_cpu);
         continue;
       }
-      out[name] = bench_algorithm(rt, bench_config(demo, name, blas, sft, dir + "/" + name), sft, warmup, steps, compute_cpu);
+      out[name] = bench_algorithm(rt, bench_config(demo, name, blas, sft, dir + "/" + name), sft, warmup, steps, compute_cpu,
+                                  share_threads);
     }
     if (out.contains("grpo")) {
       out["troupe"] = out["grpo"]["in_process"];

@@ -323,6 +323,8 @@ ConfigSchema run_config_schema(RunConfig& c) {
         "trainer, rollout and reference in one worker process, a critic or reward model in one each, the rule verifier in the driver's");
   s.add("placement.verifier_process", &c.placement.verifier_process,
         "with worker_processes: the rule verifier in a worker process of its own");
+  s.add("placement.share_threads", &c.placement.share_threads,
+        "with worker_processes: the trainer's worker runs each call of a step on whichever of its roles' threads is awake");
   s.add("placement.rollouts", &c.placement.rollouts,
         "rollout engines MIN:MAX: engine 0 beside the trainer, the others an elastic group in worker processes");
   s.add("placement.trainer_threads", &c.placement.trainer_threads, "libtorch intra-op threads of the trainer");

@@ -19,6 +19,7 @@
 #include "troupe/rl/batches.hpp"
 #include "troupe/rl/config.hpp"
 #include "troupe/rl/objectives.hpp"
+#include "troupe/share_thread.hpp"
 
 namespace troupe::rl {
 namespace {
@@ -260,6 +261,9 @@ void Run::spawn_actors() {
                                             actors::ReferenceConfig{policy, "", place.reference_threads, place.blas_threads});
   reward_ = rt_.spawn<actors::Reward>(verifier, actors::RewardConfig{task_->verifier(), 0.0f});
   weights_ = rt_.spawn<WeightStore>(weights);
+  // The bundle's roles are called one at a time (each call of a step waits for the one before):
+  // whichever of their threads is awake runs the next (PlacementConfig::share_threads).
+  if (place.worker_processes && place.share_threads) share_thread(trainer_, rollout_, reference_, weights_);
   // Engines 1.. run in worker processes of their own wherever the head finds room.
   const Options member = Options{}.process(true).cpus(place.rollout_threads);
   pool_ = std::make_unique<RolloutPool>(rt_, rollout_, weights_, rollouts_, member, engine);

@@ -3,6 +3,8 @@
 #include <caf/all.hpp>
 
 #include <algorithm>
+#include <bit>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -11,6 +13,7 @@
 #include "troupe/actor_ref.hpp"
 #include "troupe/net/link.hpp"
 #include "troupe/net/token.hpp"
+#include "troupe/share_thread.hpp"
 
 namespace troupe::detail {
 namespace {
@@ -23,6 +26,16 @@ namespace {
 // a call from another process sleeps where that process's next call wakes it: kSleepLinger).
 // Hosts on CAF's shared scheduler never linger (they would hold one of its workers).
 constexpr auto kLinger = std::chrono::microseconds(50);
+// A host of a share group (troupe/share_thread.hpp) looks this long after a call from another
+// process, while that process's calls from others come in a burst (RemoteCadence). A driver's
+// synchronous calls to a worker come one after another with the driver's own work between them (an
+// RL step's: decode the rollout, score it, build the batch, ~0.1-0.5 ms), and when every thread
+// of the worker slept through that gap its vCPU halted: the next call then paid the futex wake on
+// the caller's side (~35 us here: the IPI goes through the hypervisor) and the wake-up on this side
+// (~100 us), call after call (traced on this 2-vCPU VM, DPO's step through a worker, 2026-12-05).
+// The look yields its core between looks, and stops once a call runs anywhere in the process
+// (RemoteCadence::running): the vCPU is busy then, and a look would take time slices from the call.
+constexpr auto kBurstLinger = std::chrono::microseconds(1000);
 // After a call from another process, a host on its own thread then sleeps this long on this
 // process's lanes and its bell (HostedObject) before it parks on its mailbox: the next call by a
 // lane wakes it directly, where a parked host's costs two wake-ups (the io thread's, which the
@@ -65,6 +78,79 @@ struct HostState {
 
 using Host = caf::stateful_actor<HostState>;
 
+// This process's calls from other processes, as its hosts on their own threads answer them: how
+// many run now, and whether the last few came within kBurstLinger of the answer before them (a
+// burst, such as an RL driver's step). Process-wide: the call after an answer is often another
+// host's (a worker's colocated roles), and whichever thread looks takes it.
+class RemoteCadence {
+ public:
+  static RemoteCadence& instance() {
+    static RemoteCadence c;
+    return c;
+  }
+  void begin() {   // a call from another process begins
+    running_.fetch_add(1);
+    const std::int64_t last = answered_.load(std::memory_order_relaxed);
+    if (last == 0) return;
+    const bool soon = now_ns() - last < std::chrono::nanoseconds(kBurstLinger).count();
+    // One bit a call, the newest lowest. Two hosts beginning at once may lose one's bit: a hint.
+    const std::uint32_t h = history_.load(std::memory_order_relaxed);
+    history_.store(((h << 1) | (soon ? 1u : 0u)) & kWindowMask, std::memory_order_relaxed);
+  }
+  void end() {   // ...and has been answered
+    answered_.store(now_ns(), std::memory_order_relaxed);
+    running_.fetch_sub(1);
+  }
+  // Half or more of the last kWindow calls came within kBurstLinger of the answer before them.
+  bool bursty() const { return std::popcount(history_.load(std::memory_order_relaxed)) * 2 >= kWindow; }
+  bool running() const { return running_.load(std::memory_order_relaxed) > 0; }
+
+ private:
+  static constexpr int kWindow = 8;
+  static constexpr std::uint32_t kWindowMask = (1u << kWindow) - 1;
+  static std::int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
+  std::atomic<int> running_{0};
+  std::atomic<std::int64_t> answered_{0};
+  std::atomic<std::uint32_t> history_{0};
+};
+
+// A call from another process for a host of this thread's share group, taken as this thread
+// looked for its own host's next call (LocalRoute::deliver): its host's `running` is held
+// (LocalRoute::try_claim) until it has run here (run_taken).
+struct Taken {
+  std::shared_ptr<HostedObject> hosted;
+  std::shared_ptr<ActorCell> cell;
+  ChannelCall call;
+};
+// The host whose thread this is, while it looks for its next call from another process (linger):
+// what it drains for another host of its share group, idle, it takes (tl_taken) rather than post.
+thread_local HostedObject* tl_looking = nullptr;
+thread_local std::optional<Taken> tl_taken;
+// The host whose thread this is, while it runs a call taken for another host (run_taken): a call
+// posted to it would wait for this very thread (LocalRoute::post runs it here when it can).
+thread_local HostedObject* tl_lent = nullptr;
+
+void answer_remote(HostedObject& h, ActorCell& cell, WireCall& wc, const std::shared_ptr<ReplySink>& sink,
+                   const std::function<bool()>& queued);
+
+// Runs the call taken for another host, if there is one, on this thread, `own`'s. Whether it did.
+bool run_taken(HostedObject& own) {
+  if (!tl_taken) return false;
+  Taken t = std::move(*tl_taken);
+  tl_taken.reset();
+  tl_looking = nullptr;   // what this thread drains while the method runs (a call it waits on) is posted
+  tl_lent = &own;
+  {
+    std::lock_guard running(t.hosted->running, std::adopt_lock);
+    answer_remote(*t.hosted, *t.cell, t.call.call, t.call.sink, [] { return false; });
+  }
+  tl_lent = nullptr;
+  tl_looking = &own;
+  return true;
+}
+
 // After a call: looks for the next message for kLinger (then, after a call from another process,
 // sleeps for it up to kSleepLinger) before returning to CAF, which parks the thread once the
 // mailbox is empty. Any message ends it (a call, an exit), and CAF takes it next.
@@ -80,23 +166,38 @@ void linger(Host* self, bool remote) {
   const auto now = std::chrono::steady_clock::now();
   const auto until = now + kLinger;
   if (remote) {   // the next call may come by a lane: this thread takes it there itself
-    net::LaneWatch watch;
-    while (self->mailbox().empty() && std::chrono::steady_clock::now() < until) {
-      if (watch.drain() == 0) std::this_thread::yield();
-    }
     HostedObject& h = *self->state.hosted;
-    const auto sleep_until = now + kSleepLinger;
-    while (self->mailbox().empty() && std::chrono::steady_clock::now() < sleep_until) {
-      // seq_cst with a poster's bell and `sleeping` (HostedObject::ring): it wakes this sleep,
-      // or the look at the mailbox after reading the bell sees its message.
-      h.sleeping.store(true);
-      const std::uint32_t seen = h.bell.load();
-      if (!self->mailbox().empty() || !watch.sleep(h.bell, seen, sleep_until, h.remote_id.load(std::memory_order_relaxed))) break;
-      h.sleeping.store(false);   // awake: what this thread posts to itself as it drains rings no one
-      watch.drain();
+    const RemoteCadence& cadence = RemoteCadence::instance();
+    const bool shares = h.share_group.load(std::memory_order_relaxed) != 0;
+    const auto look_for = [&] { return shares && cadence.bursty() ? kBurstLinger : kLinger; };
+    struct Looking {   // this thread takes calls for its share group's idle hosts while it lingers
+      explicit Looking(HostedObject* h) { tl_looking = h; }
+      ~Looking() { tl_looking = nullptr; }
+    } looking(&h);
+    net::LaneWatch watch;
+    for (auto start = now;;) {   // again after each call this thread ran for another host
+      const auto look_until = start + look_for();
+      bool ran = false;
+      while (!ran && self->mailbox().empty() && std::chrono::steady_clock::now() < look_until &&
+             !(shares && cadence.running())) {
+        if (watch.drain() == 0) std::this_thread::yield();
+        ran = run_taken(h);
+      }
+      const auto sleep_until = start + kSleepLinger;
+      while (!ran && self->mailbox().empty() && std::chrono::steady_clock::now() < sleep_until) {
+        // seq_cst with a poster's bell and `sleeping` (HostedObject::ring): it wakes this sleep,
+        // or the look at the mailbox after reading the bell sees its message.
+        h.sleeping.store(true);
+        const std::uint32_t seen = h.bell.load();
+        if (!self->mailbox().empty() || !watch.sleep(h.bell, seen, sleep_until, h.remote_id.load(std::memory_order_relaxed))) break;
+        h.sleeping.store(false);   // awake: what this thread posts to itself as it drains rings no one
+        watch.drain();
+        ran = run_taken(h);
+      }
+      h.sleeping.store(false);
+      if (!ran || !self->mailbox().empty()) return;
+      start = std::chrono::steady_clock::now();
     }
-    h.sleeping.store(false);
-    return;
   }
   for (unsigned i = 0; self->mailbox().empty(); ++i) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -123,6 +224,14 @@ Result<Payload> invoke(HostedObject& h, const std::string& method, const Payload
                        Future<Payload>* later) {
   const ActorTypeInfo& type = *h.type;
   if (method == kBarrierMethod) return Payload{};
+  if (method == kShareThreadMethod) {   // troupe::share_thread
+    try {
+      h.share_group.store(std::get<0>(decode_args<std::uint64_t>(args)), std::memory_order_relaxed);
+    } catch (const DecodeError& e) {
+      return Error{ErrorCode::BadArguments, std::string(kShareThreadMethod) + ": " + e.error().message};
+    }
+    return Payload{};
+  }
   const MethodInfo* m = type.find_method(method);
   if (m == nullptr) return Error{ErrorCode::BadArguments, "no method '" + method + "' on " + type.name};
   try {
@@ -184,11 +293,18 @@ void set_result(WireReply& reply, Payload& result, std::size_t inline_max) {
   }
 }
 
-// A call from another process, answered on `sink`. Its token is checked here too (a call server
-// fills in the one its connection presented): hosts outside worker processes take none (SEC-1).
-void run_remote(Host* self, ActorCell& cell, WireCall& wc, const std::shared_ptr<ReplySink>& sink) {
-  HostedObject& h = *self->state.hosted;
-  std::lock_guard running(h.running);
+// A call from another process, answered on `sink`, `h.running` held: on its host's thread, or
+// on the thread of another host of its share group that took it (run_taken). `queued`: whether
+// calls wait behind it. Its token is checked here too (a call server fills in the one its
+// connection presented): hosts outside worker processes take none (SEC-1).
+void answer_remote(HostedObject& h, ActorCell& cell, WireCall& wc, const std::shared_ptr<ReplySink>& sink,
+                   const std::function<bool()>& queued) {
+  RemoteCadence& cadence = RemoteCadence::instance();
+  cadence.begin();
+  struct Answered {
+    RemoteCadence& c;
+    ~Answered() { c.end(); }
+  } answered{cadence};
   WireReply reply;
   reply.actor_id = wc.actor_id;
   reply.incarnation = wc.incarnation;
@@ -221,7 +337,7 @@ void run_remote(Host* self, ActorCell& cell, WireCall& wc, const std::shared_ptr
       if (r.ok()) set_result(reply, r.value(), sink->inline_max()); else reply.set_error(r.error());
       // Calls queued behind this one: its reply may wait to leave with theirs (the io thread
       // writes it within microseconds, the last one of a run goes at once).
-      more = !self->mailbox().empty();
+      more = queued();
     } catch (const DecodeError& e) {
       reply.set_error(Error{ErrorCode::BadArguments, "arguments: " + e.error().message});
     } catch (const ErrorException& e) {   // its tensor arguments could not be fetched
@@ -231,6 +347,14 @@ void run_remote(Host* self, ActorCell& cell, WireCall& wc, const std::shared_ptr
     }
   }
   sink->reply(reply, more);
+}
+
+// A call from another process that reached the host's mailbox (LocalRoute::deliver).
+void run_remote(Host* self, ActorCell& cell, WireCall& wc, const std::shared_ptr<ReplySink>& sink) {
+  HostedObject& h = *self->state.hosted;
+  std::lock_guard running(h.running);
+  h.posted.fetch_sub(1, std::memory_order_relaxed);
+  answer_remote(h, cell, wc, sink, [self] { return !self->mailbox().empty(); });
 }
 
 caf::behavior host(Host* self, std::shared_ptr<ActorCell> cell, std::shared_ptr<HostedObject> hosted, Factory factory,
@@ -279,13 +403,14 @@ caf::behavior host(Host* self, std::shared_ptr<ActorCell> cell, std::shared_ptr<
 
 std::shared_ptr<LocalRoute> spawn_host(caf::actor_system& sys, bool detached, std::shared_ptr<ActorCell> cell,
                                        const ActorTypeInfo& type, Factory factory, Payload ctor_args, HostContext ctx) {
+  std::weak_ptr<ActorCell> weak = cell;
   auto hosted = std::make_shared<HostedObject>();
   hosted->type = &type;
   hosted->ctx = std::move(ctx);
   hosted->label = cell->label();
   caf::actor actor = detached ? sys.spawn<caf::detached>(host, std::move(cell), hosted, factory, std::move(ctor_args), true)
                               : sys.spawn(host, std::move(cell), hosted, factory, std::move(ctor_args), false);
-  return std::make_shared<LocalRoute>(std::move(actor), std::move(hosted));
+  return std::make_shared<LocalRoute>(std::move(actor), std::move(hosted), std::move(weak));
 }
 
 Sent LocalRoute::send(Attempt&& a) {
@@ -299,12 +424,33 @@ void HostedObject::ring() {
 }
 
 void LocalRoute::post(const char* method, Payload&& args, std::shared_ptr<StateBase>&& state) {
+  // This host's own thread, running a call it took for another host (run_taken): the host would
+  // take this one only when that call ends, and that call may be waiting for this one. It runs
+  // here, now, if the host is idle (as a synchronous call would).
+  if (tl_lent == hosted_.get()) {
+    if (auto cell = cell_.lock(); cell && try_claim()) {
+      run_claimed(cell, method, args, state);
+      return;
+    }
+  }
   hosted_->posted.fetch_add(1, std::memory_order_relaxed);
   caf::anon_send(host_, CallMsg{std::move(state), method, std::move(args)});
   hosted_->ring();
 }
 
 void LocalRoute::deliver(ChannelCall&& call) {
+  // Drained by the thread of another host of this one's share group as it looked for its next
+  // call: taken, to run on that thread (linger, run_taken), if this host is idle.
+  if (const HostedObject* looking = tl_looking; looking != nullptr && looking != hosted_.get() && !tl_taken) {
+    const std::uint64_t group = hosted_->share_group.load(std::memory_order_relaxed);
+    if (group != 0 && group == looking->share_group.load(std::memory_order_relaxed)) {
+      if (auto cell = cell_.lock(); cell && try_claim()) {
+        tl_taken.emplace(Taken{hosted_, std::move(cell), std::move(call)});
+        return;
+      }
+    }
+  }
+  hosted_->posted.fetch_add(1, std::memory_order_relaxed);
   caf::anon_send(host_, std::move(call));
   hosted_->ring();
 }

@@ -69,9 +69,10 @@ struct HostContext {
 // under `running`, when the host destroys it at its exit.
 struct HostedObject {
   std::mutex running;
-  // Calls of this process posted to the host and not yet begun (the host counts one down once it
-  // holds `running`): a caller runs its own call only when none waits, so that none is overtaken,
-  // one whose deadline failed it while it waited included (it still runs).
+  // Calls posted to the host's mailbox and not yet begun, from this process and from others (the
+  // host counts one down once it holds `running`): a caller runs its own call only when none
+  // waits, so that none is overtaken, one whose deadline failed it while it waited included (it
+  // still runs); and a thread of its share_group runs a call for it only then too.
   std::atomic<std::int64_t> posted{0};
   void* object = nullptr;                      // guarded by running
   const ActorTypeInfo* type = nullptr;
@@ -89,6 +90,10 @@ struct HostedObject {
   // them: asleep there, the host waits for that id's calls, which wake its thread itself
   // (net::LaneWatch::sleep's `waits_for`) rather than another host's of this process.
   std::atomic<std::uint64_t> remote_id{0};
+  // The group of hosts of this process that share their threads (troupe/share_thread.hpp), 0 for
+  // none: a call from another process for this host that the looking thread of another host of the
+  // group takes runs on that thread when this host is idle (LocalRoute::deliver).
+  std::atomic<std::uint64_t> share_group{0};
   void ring();
 };
 
@@ -103,7 +108,8 @@ std::shared_ptr<LocalRoute> spawn_host(caf::actor_system& sys, bool detached, st
 // The route to a host in this process: its mailbox, or the caller's own thread (see try_claim).
 class LocalRoute final : public Route {
  public:
-  LocalRoute(caf::actor host, std::shared_ptr<HostedObject> hosted) : host_(std::move(host)), hosted_(std::move(hosted)) {}
+  LocalRoute(caf::actor host, std::shared_ptr<HostedObject> hosted, std::weak_ptr<ActorCell> cell = {})
+      : host_(std::move(host)), hosted_(std::move(hosted)), cell_(std::move(cell)) {}
   std::uint64_t incarnation() const override { return 0; }
   bool local() const override { return true; }
   Sent send(Attempt&& attempt) override;
@@ -119,6 +125,7 @@ class LocalRoute final : public Route {
  private:
   caf::actor host_;
   std::shared_ptr<HostedObject> hosted_;
+  std::weak_ptr<ActorCell> cell_;   // the cell owns its route
 };
 
 }  // namespace troupe::detail

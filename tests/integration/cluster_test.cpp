@@ -13,7 +13,9 @@
 #include <algorithm>
 #include <iostream>
 #include <random>
+#include <set>
 #include <sstream>
+#include <iterator>
 
 #include "cluster_harness.hpp"
 #include "support/helper_main.hpp"
@@ -22,6 +24,7 @@
 #include "test_actors.hpp"
 #include "troupe/ids.hpp"
 #include "troupe/proc_file.hpp"
+#include "troupe/share_thread.hpp"
 
 using namespace std::chrono_literals;
 using troupe::ErrorCode;
@@ -260,6 +263,57 @@ TEST_CASE("colocated actors share one worker process") {
     REQUIRE(more[std::size_t(i)].ready().wait_for(20s));
     CHECK(more[std::size_t(i)].call(&Store::get).get() == i);
   }
+}
+
+TEST_CASE("actors of a worker that share their threads run each other's calls, in order, and may wait on each other") {
+  itest::Cluster cluster;
+  auto rt = connect(cluster);
+  auto a = rt.spawn<Store>(troupe::Options{}.name("a").process(true), 0);
+  auto b = rt.spawn<Store>(troupe::Options{}.name("b").colocate_with(a), 0);
+  auto c = rt.spawn<Store>(troupe::Options{}.name("c").colocate_with(a), 0);   // same process, not in the group
+  // Before: each actor's calls run on its own thread.
+  std::set<int> before_a, before_b;
+  for (int i = 0; i < 20; ++i) {
+    before_a.insert(a.call(&Store::tid).get());
+    before_b.insert(b.call(&Store::tid).get());
+  }
+  CHECK(before_a.size() == 1);
+  CHECK(before_b.size() == 1);
+  CHECK(*before_a.begin() != *before_b.begin());
+  troupe::share_thread(a, b);
+  // Calls one at a time, alternating: the thread that answered one looks for the next and runs it
+  // when it is the other actor's. Each actor's own calls stay in order (each add sees the last).
+  std::set<int> on_a, on_b, on_c;
+  for (int i = 1; i <= 200; ++i) {
+    CAPTURE(i);
+    REQUIRE(a.call(&Store::add, 1).get() == i);
+    REQUIRE(b.call(&Store::add, 2).get() == 2 * i);
+    on_a.insert(a.call(&Store::tid).get());
+    on_b.insert(b.call(&Store::tid).get());
+    if (i % 10 == 0) on_c.insert(c.call(&Store::tid).get());
+  }
+  std::set<int> both;
+  std::set_intersection(on_a.begin(), on_a.end(), on_b.begin(), on_b.end(), std::inserter(both, both.end()));
+  CHECK(!both.empty());   // some call of one ran on the thread that ran a call of the other
+  for (int t : on_a) CHECK((t == *before_a.begin() || t == *before_b.begin()));   // the group's own threads only
+  for (int t : on_b) CHECK((t == *before_a.begin() || t == *before_b.begin()));
+  REQUIRE(on_c.size() == 1);   // c is not in the group: its calls stay on its thread, which runs no one else's
+  CHECK(on_a.count(*on_c.begin()) == 0);
+  CHECK(on_b.count(*on_c.begin()) == 0);
+  // A method that waits for an asynchronous call to the other member (Store::add_via: call().get()),
+  // whichever thread runs it: that call runs, and nothing waits for itself. Each follows a call of
+  // a's, whose thread then looks for the next and so may run b's add_via, where a's own add is the
+  // call its thread would otherwise wait for.
+  for (int i = 1; i <= 50; ++i) {
+    CAPTURE(i);
+    REQUIRE(a.call(&Store::get).get() == 200 + 10 * (i - 1));
+    auto via = b.call(&Store::add_via, a, 10);
+    REQUIRE(via.wait_for(20s));
+    REQUIRE(via.get() == 200 + 10 * i);
+  }
+  CHECK(a.call(&Store::get).get() == 700);
+  CHECK(b.call(&Store::get).get() == 400);
+  CHECK(c.call(&Store::get).get() == 0);
 }
 
 namespace {

@@ -25,6 +25,7 @@ struct Store {
   int value = 0;
   explicit Store(int v) : value(v) {}
   int pid() { return int(::getpid()); }
+  int tid() { return int(::gettid()); }   // the thread this call runs on
   int add(int k) { return value += k; }
   int get() { return value; }
   void sleep_ms(int ms) { ::usleep(useconds_t(ms) * 1000); }
@@ -71,4 +72,4 @@ struct Store {
   int refuse(std::string why) { throw troupe::ErrorException(troupe::Error{troupe::WeightCode::Checksum, why}); }
   std::uint64_t last_checksum = 0;
 };
-TROUPE_ACTOR(Store, pid, add, get, sleep_ms, make, checksum_of_last, checksum, add_via, pull_checksum, refault, refuse);
+TROUPE_ACTOR(Store, pid, tid, add, get, sleep_ms, make, checksum_of_last, checksum, add_via, pull_checksum, refault, refuse);

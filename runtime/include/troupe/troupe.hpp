@@ -16,4 +16,5 @@
 #include "troupe/options.hpp"
 #include "troupe/registry.hpp"
 #include "troupe/runtime.hpp"
+#include "troupe/share_thread.hpp"
 #include "troupe/tensor.hpp"
