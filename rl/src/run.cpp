@@ -262,8 +262,11 @@ void Run::spawn_actors() {
   reward_ = rt_.spawn<actors::Reward>(verifier, actors::RewardConfig{task_->verifier(), 0.0f});
   weights_ = rt_.spawn<WeightStore>(weights);
   // The bundle's roles are called one at a time (each call of a step waits for the one before):
-  // whichever of their threads is awake runs the next (PlacementConfig::share_threads).
-  if (place.worker_processes && place.share_threads) share_thread(trainer_, rollout_, reference_, weights_);
+  // whichever of their threads is awake runs the next (PlacementConfig::share_threads). Not the
+  // weight store: the elastic engines call it from their processes whenever they pull, beside
+  // the step, and the roles call it from their methods (a method that waited for it while its
+  // thread ran a member's call would wait for itself).
+  if (place.worker_processes && place.share_threads) share_thread(trainer_, rollout_, reference_);
   // Engines 1.. run in worker processes of their own wherever the head finds room.
   const Options member = Options{}.process(true).cpus(place.rollout_threads);
   pool_ = std::make_unique<RolloutPool>(rt_, rollout_, weights_, rollouts_, member, engine);

@@ -76,7 +76,9 @@ void ActorCell::submit(const char* method, Payload args, std::shared_ptr<StateBa
       // Run here only with no call in flight (none queued ahead of this one, none answering later),
       // none running and none waiting in the host's mailbox (try_claim): linked first, every later
       // call waits for this one.
-      claimed = here && !with_deadline && head_ == nullptr && route_->try_claim();
+      // Also on the actor's own thread lent to another actor's call (a share group's): its host
+      // would take this one only after that call, which may be waiting for it.
+      claimed = ((here && !with_deadline) || route_->lent_to_this_thread()) && head_ == nullptr && route_->try_claim();
       link(call);
       seq = call->call_link.seq;
       local = route_;

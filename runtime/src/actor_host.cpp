@@ -33,8 +33,9 @@ constexpr auto kLinger = std::chrono::microseconds(50);
 // of the worker slept through that gap its vCPU halted: the next call then paid the futex wake on
 // the caller's side (~35 us here: the IPI goes through the hypervisor) and the wake-up on this side
 // (~100 us), call after call (traced on this 2-vCPU VM, DPO's step through a worker, 2026-12-05).
-// The look yields its core between looks, and stops once a call runs anywhere in the process
-// (RemoteCadence::running): the vCPU is busy then, and a look would take time slices from the call.
+// The look yields its core between looks, and stops once a call from another process runs
+// anywhere in this one (RemoteCadence::running): the vCPU is busy then, and a look would take
+// time slices from the call.
 constexpr auto kBurstLinger = std::chrono::microseconds(1000);
 // After a call from another process, a host on its own thread then sleeps this long on this
 // process's lanes and its bell (HostedObject) before it parks on its mailbox: the next call by a
@@ -78,10 +79,10 @@ struct HostState {
 
 using Host = caf::stateful_actor<HostState>;
 
-// This process's calls from other processes, as its hosts on their own threads answer them: how
-// many run now, and whether the last few came within kBurstLinger of the answer before them (a
-// burst, such as an RL driver's step). Process-wide: the call after an answer is often another
-// host's (a worker's colocated roles), and whichever thread looks takes it.
+// This process's calls from other processes, as its hosts answer them: how many run now, and
+// whether the last few came within kBurstLinger of the answer before them (a burst, such as an RL
+// driver's step). Process-wide: the call after an answer is often another host's (a worker's
+// colocated roles), and whichever thread looks takes it.
 class RemoteCadence {
  public:
   static RemoteCadence& instance() {
@@ -129,25 +130,31 @@ struct Taken {
 thread_local HostedObject* tl_looking = nullptr;
 thread_local std::optional<Taken> tl_taken;
 // The host whose thread this is, while it runs a call taken for another host (run_taken): a call
-// posted to it would wait for this very thread (LocalRoute::post runs it here when it can).
+// to it from here would wait for this very thread (ActorCell::submit runs it here when it can).
 thread_local HostedObject* tl_lent = nullptr;
 
 void answer_remote(HostedObject& h, ActorCell& cell, WireCall& wc, const std::shared_ptr<ReplySink>& sink,
                    const std::function<bool()>& queued);
 
-// Runs the call taken for another host, if there is one, on this thread, `own`'s. Whether it did.
+// Runs the call taken for another host, if there is one, on this thread, `own`'s, with no lane
+// watch of linger's alive (a watch that does not drain holds its lanes' messages up). Whether it did.
 bool run_taken(HostedObject& own) {
   if (!tl_taken) return false;
   Taken t = std::move(*tl_taken);
   tl_taken.reset();
-  tl_looking = nullptr;   // what this thread drains while the method runs (a call it waits on) is posted
-  tl_lent = &own;
-  {
-    std::lock_guard running(t.hosted->running, std::adopt_lock);
-    answer_remote(*t.hosted, *t.cell, t.call.call, t.call.sink, [] { return false; });
-  }
-  tl_lent = nullptr;
-  tl_looking = &own;
+  struct Lent {   // what this thread drains while the method runs (a reply it waits for) is posted
+    HostedObject& own;
+    explicit Lent(HostedObject& o) : own(o) {
+      tl_lent = &own;
+      own.lent.store(true);
+    }
+    ~Lent() {
+      own.lent.store(false);
+      tl_lent = nullptr;
+    }
+  } lent(own);
+  std::lock_guard running(t.hosted->running, std::adopt_lock);
+  answer_remote(*t.hosted, *t.cell, t.call.call, t.call.sink, [] { return false; });
   return true;
 }
 
@@ -169,33 +176,33 @@ void linger(Host* self, bool remote) {
     HostedObject& h = *self->state.hosted;
     const RemoteCadence& cadence = RemoteCadence::instance();
     const bool shares = h.share_group.load(std::memory_order_relaxed) != 0;
-    const auto look_for = [&] { return shares && cadence.bursty() ? kBurstLinger : kLinger; };
-    struct Looking {   // this thread takes calls for its share group's idle hosts while it lingers
-      explicit Looking(HostedObject* h) { tl_looking = h; }
-      ~Looking() { tl_looking = nullptr; }
-    } looking(&h);
-    net::LaneWatch watch;
     for (auto start = now;;) {   // again after each call this thread ran for another host
-      const auto look_until = start + look_for();
-      bool ran = false;
-      while (!ran && self->mailbox().empty() && std::chrono::steady_clock::now() < look_until &&
-             !(shares && cadence.running())) {
-        if (watch.drain() == 0) std::this_thread::yield();
-        ran = run_taken(h);
+      {
+        net::LaneWatch watch;
+        // Declared after the watch, so it ends first: the watch's last drain, as it ends, posts
+        // what it takes rather than take it for this thread.
+        struct Looking {   // this thread takes calls for its share group's idle hosts while it looks
+          explicit Looking(HostedObject* h) { tl_looking = h; }
+          ~Looking() { tl_looking = nullptr; }
+        } looking(&h);
+        const auto look_until = start + (shares && cadence.bursty() ? kBurstLinger : kLinger);
+        while (!tl_taken && self->mailbox().empty() && std::chrono::steady_clock::now() < look_until &&
+               !(shares && cadence.running())) {
+          if (watch.drain() == 0) std::this_thread::yield();
+        }
+        const auto sleep_until = start + kSleepLinger;
+        while (!tl_taken && self->mailbox().empty() && std::chrono::steady_clock::now() < sleep_until) {
+          // seq_cst with a poster's bell and `sleeping` (HostedObject::ring): it wakes this sleep,
+          // or the look at the mailbox after reading the bell sees its message.
+          h.sleeping.store(true);
+          const std::uint32_t seen = h.bell.load();
+          if (!self->mailbox().empty() || !watch.sleep(h.bell, seen, sleep_until, h.remote_id.load(std::memory_order_relaxed))) break;
+          h.sleeping.store(false);   // awake: what this thread posts to itself as it drains rings no one
+          watch.drain();
+        }
+        h.sleeping.store(false);
       }
-      const auto sleep_until = start + kSleepLinger;
-      while (!ran && self->mailbox().empty() && std::chrono::steady_clock::now() < sleep_until) {
-        // seq_cst with a poster's bell and `sleeping` (HostedObject::ring): it wakes this sleep,
-        // or the look at the mailbox after reading the bell sees its message.
-        h.sleeping.store(true);
-        const std::uint32_t seen = h.bell.load();
-        if (!self->mailbox().empty() || !watch.sleep(h.bell, seen, sleep_until, h.remote_id.load(std::memory_order_relaxed))) break;
-        h.sleeping.store(false);   // awake: what this thread posts to itself as it drains rings no one
-        watch.drain();
-        ran = run_taken(h);
-      }
-      h.sleeping.store(false);
-      if (!ran || !self->mailbox().empty()) return;
+      if (!run_taken(h) || !self->mailbox().empty()) return;
       start = std::chrono::steady_clock::now();
     }
   }
@@ -424,15 +431,6 @@ void HostedObject::ring() {
 }
 
 void LocalRoute::post(const char* method, Payload&& args, std::shared_ptr<StateBase>&& state) {
-  // This host's own thread, running a call it took for another host (run_taken): the host would
-  // take this one only when that call ends, and that call may be waiting for this one. It runs
-  // here, now, if the host is idle (as a synchronous call would).
-  if (tl_lent == hosted_.get()) {
-    if (auto cell = cell_.lock(); cell && try_claim()) {
-      run_claimed(cell, method, args, state);
-      return;
-    }
-  }
   hosted_->posted.fetch_add(1, std::memory_order_relaxed);
   caf::anon_send(host_, CallMsg{std::move(state), method, std::move(args)});
   hosted_->ring();
@@ -440,8 +438,10 @@ void LocalRoute::post(const char* method, Payload&& args, std::shared_ptr<StateB
 
 void LocalRoute::deliver(ChannelCall&& call) {
   // Drained by the thread of another host of this one's share group as it looked for its next
-  // call: taken, to run on that thread (linger, run_taken), if this host is idle.
-  if (const HostedObject* looking = tl_looking; looking != nullptr && looking != hosted_.get() && !tl_taken) {
+  // call: taken, to run on that thread (linger, run_taken), if this host is idle and its own
+  // thread is not lent out itself (its calls then wait for it, as on one thread).
+  if (const HostedObject* looking = tl_looking;
+      looking != nullptr && looking != hosted_.get() && !tl_taken && !hosted_->lent.load()) {
     const std::uint64_t group = hosted_->share_group.load(std::memory_order_relaxed);
     if (group != 0 && group == looking->share_group.load(std::memory_order_relaxed)) {
       if (auto cell = cell_.lock(); cell && try_claim()) {
@@ -454,6 +454,8 @@ void LocalRoute::deliver(ChannelCall&& call) {
   caf::anon_send(host_, std::move(call));
   hosted_->ring();
 }
+
+bool LocalRoute::lent_to_this_thread() const { return tl_lent == hosted_.get(); }
 
 bool LocalRoute::try_claim() {
   // A call runs, or one waits in the mailbox: the caller's goes to the mailbox behind it.

@@ -94,6 +94,9 @@ struct HostedObject {
   // none: a call from another process for this host that the looking thread of another host of the
   // group takes runs on that thread when this host is idle (LocalRoute::deliver).
   std::atomic<std::uint64_t> share_group{0};
+  // Its thread runs a call it took for another host of its group: no other thread of the group
+  // takes a call for it meanwhile (its calls wait for its thread, as on one thread).
+  std::atomic<bool> lent{false};
   void ring();
 };
 
@@ -115,6 +118,7 @@ class LocalRoute final : public Route {
   Sent send(Attempt&& attempt) override;
   void post(const char* method, Payload&& args, std::shared_ptr<StateBase>&& state) override;
   bool try_claim() override;
+  bool lent_to_this_thread() const override;
   void run_claimed(const std::shared_ptr<ActorCell>& cell, const char* method, const Payload& args,
                    const std::shared_ptr<StateBase>& state) override;
   void stop() override;   // the host exits; its running call finishes first

@@ -57,6 +57,10 @@ class Route {
   // constructed and running no call. True holds the actor until run_claimed() has run the call
   // (nothing else runs on it meanwhile). Never blocks.
   virtual bool try_claim() { return false; }
+  // Local routes: whether the actor's own thread is this one, lent to a call of another actor of
+  // its share group (troupe/share_thread.hpp): a call to it from here, posted, would wait for this
+  // very thread, so the table runs it here when it may (ActorCell::submit).
+  virtual bool lent_to_this_thread() const { return false; }
   // Runs the call claimed by try_claim() on this thread, completes `state` through `cell` as the
   // host would, and lets go of the actor.
   virtual void run_claimed(const std::shared_ptr<ActorCell>& cell, const char* method, const Payload& args,

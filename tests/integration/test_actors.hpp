@@ -42,6 +42,11 @@ struct Store {
   std::uint64_t checksum(troupe::TensorView t) { return fnv1a(t.data, t.nbytes()); }
   // Calls another actor from inside this one (actor-to-actor across processes).
   int add_via(troupe::ActorRef<Store> other, int k) { return other.call(&Store::add, k).get(); }
+  // add_via, returning {the thread this call ran on, the sum}.
+  std::vector<int> add_via_tid(troupe::ActorRef<Store> other, int k) {
+    const int sum = other.call(&Store::add, k).get();
+    return {int(::gettid()), sum};
+  }
   // Pulls a tensor from another actor and checksums it here.
   std::uint64_t pull_checksum(troupe::ActorRef<Store> other, std::int64_t bytes, int seed) {
     auto t = other.call(&Store::make, bytes, seed).get();
@@ -72,4 +77,4 @@ struct Store {
   int refuse(std::string why) { throw troupe::ErrorException(troupe::Error{troupe::WeightCode::Checksum, why}); }
   std::uint64_t last_checksum = 0;
 };
-TROUPE_ACTOR(Store, pid, tid, add, get, sleep_ms, make, checksum_of_last, checksum, add_via, pull_checksum, refault, refuse);
+TROUPE_ACTOR(Store, pid, tid, add, get, sleep_ms, make, checksum_of_last, checksum, add_via, add_via_tid, pull_checksum, refault, refuse);

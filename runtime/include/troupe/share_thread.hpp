@@ -6,23 +6,27 @@
 // Each actor of a worker process has a thread of its own, and after answering a call from another
 // process it looks for its next call for a while before it sleeps (runtime/src/actor_host.cpp,
 // linger). When the next call is for another actor of the process, the looking thread hands it
-// over, and the other actor's thread has to wake: on a small VM that wake-up is ~100 us, and a
-// synchronous step pays it on every call that changes role. Actors that share a thread skip it: a
-// call from another process for one of them, taken by the looking thread of another of the same
+// over, and the call waits for the other actor's thread to wake: on a small VM ~100 us, which a
+// synchronous step pays on every call that changes role. Actors that share a thread skip the wait:
+// a call from another process for one of them, taken by the looking thread of another of the same
 // group, runs on that thread, there and then, when its actor is idle (no call of it running or
-// queued); otherwise it is handed over as before. And while their process's calls come in a burst
-// (half of the last 8 within 1 ms of the answer before), such an actor looks for 1 ms rather than
-// 50 us, yielding its core between looks, and stops looking as soon as a call runs anywhere in
-// its process.
+// queued, and its own thread not busy with another member's call); otherwise it is handed over as
+// before. And while their process's calls from other processes come in a burst (half of the last
+// 8 within 1 ms of the answer before), such an actor looks for 1 ms rather than 50 us, yielding
+// its core between looks, and stops looking as soon as such a call runs in its process.
 //
 // What sharing gives up is what one thread gives up: a call for an actor of the group may wait
 // while that actor's thread runs another member's call (its own calls still run one at a time and
 // in order). So share threads between actors that are called one at a time, not between ones a
-// caller keeps busy at once (an asynchronous pipeline's rollout and trainer). A method that waits
-// for an asynchronous call (call().get()) to a member whose thread is the one running it would
-// wait for itself: troupe runs that call there and then when the member is idle, as call_sync
-// would. Actors in different processes, or in the caller's own, are unaffected: only calls from
-// another process are taken this way.
+// caller keeps busy at once (an asynchronous pipeline's rollout and trainer). A call to a member
+// made from a method running on that member's own thread (lent to another member's call) runs
+// there and then if the member is idle, as call_sync would; if calls to it are queued already, it
+// waits behind them, for this very thread: as on one thread, a method must not wait for such a
+// call. Keep out of a group an actor that other processes call beside the group's calls (a weight
+// store that elastic engines pull from) when members' methods call it. Actors in different
+// processes, or in the caller's own, are unaffected: only calls from another process are taken
+// this way. An actor started again after its process died (max_restarts) has left its group: call
+// share_thread again.
 #pragma once
 
 #include <cstdint>

@@ -174,11 +174,12 @@ struct PlacementConfig {
   // With worker_processes: the rule verifier in a worker process of its own, for a verifier heavy
   // enough to want a core (a sandbox that runs code, a symbolic checker).
   bool verifier_process = false;
-  // With worker_processes: the roles of the trainer's worker (trainer, rollout engine 0, reference,
-  // weight store) share their threads (troupe/share_thread.hpp): the thread that answered one call
-  // of a step runs the next, whichever role it is for, as verl's fused worker runs them on one
-  // thread, rather than wake that role's own (~100 us a call on a small VM). A step calls them one
-  // at a time, so nothing waits for it. false: each role's calls run on its own thread only.
+  // With worker_processes: the policy's roles in the trainer's worker (trainer, rollout engine 0,
+  // reference) share their threads (troupe/share_thread.hpp): the thread that answered one call of
+  // a step runs the next, whichever role it is for, as verl's fused worker runs them on one
+  // thread, rather than hand it to that role's thread and wait for it to wake (~100 us a call on a
+  // small VM). A step calls them one at a time, so nothing waits for it. false: each role's calls
+  // run on its own thread only.
   bool share_threads = true;
   // Rollout engines, MIN:MAX (RolloutRange): engine 0 beside the trainer, the others an elastic
   // group (each in a worker process of its own, placed by the head; they join and leave while the
