@@ -77,23 +77,9 @@ inline std::vector<pid_t> descendants(pid_t root) {
     unsigned long long start;
   };
   std::vector<Proc> all;
-  std::string stat;
   for (pid_t pid : numeric_entries("/proc")) {
-    if (read_proc_file("/proc/" + std::to_string(pid) + "/stat", stat) != 0) continue;
-    // pid (comm) state ppid ... starttime (field 22); comm may hold spaces and parentheses.
-    const auto close = stat.rfind(')');
-    if (close == std::string::npos || close + 2 >= stat.size()) continue;
-    const char state = stat[close + 2];
-    if (state == 'Z' || state == 'X') continue;
-    std::vector<std::string> f;
-    std::size_t at = close + 2;
-    while (at < stat.size() && f.size() < 20) {
-      const auto sp = stat.find(' ', at);
-      f.push_back(stat.substr(at, sp == std::string::npos ? std::string::npos : sp - at));
-      if (sp == std::string::npos) break;
-      at = sp + 1;
-    }
-    if (f.size() < 20) continue;   // f[0] is field 3 (state): ppid is f[1], starttime f[19]
+    const auto f = proc_stat_fields(pid);   // f[0] state, f[1] ppid, f[19] starttime
+    if (f.size() < 20 || f[0] == "Z" || f[0] == "X") continue;
     all.push_back(Proc{pid, pid_t(std::strtol(f[1].c_str(), nullptr, 10)), std::strtoull(f[19].c_str(), nullptr, 10)});
   }
   std::set<pid_t> ours{root};

@@ -4,7 +4,6 @@
 
 #include <charconv>
 #include <cstring>
-#include <sstream>
 
 #include <msgpack.hpp>
 #include <openssl/core_names.h>
@@ -75,16 +74,9 @@ std::string printable_reason(const std::vector<char>& body) {
   return out;
 }
 
-// /proc/<pid>/stat, "" when it cannot be read (the process is gone or going).
-std::string proc_stat(std::uint32_t pid) {
-  std::string text;
-  return read_proc_file("/proc/" + std::to_string(pid) + "/stat", text) == 0 ? text : std::string();
-}
-
 char process_state(std::uint32_t pid) {
-  const std::string text = proc_stat(pid);
-  auto close = text.rfind(')');
-  return close == std::string::npos || close + 2 >= text.size() ? '\0' : text[close + 2];
+  const auto fields = proc_stat_fields(pid);
+  return fields.empty() || fields[0].empty() ? '\0' : fields[0][0];
 }
 
 std::string hostname() {
@@ -160,19 +152,12 @@ std::vector<char> encode_identity(const PeerIdentity& id) {
 }
 
 std::uint64_t process_start_time(std::uint32_t pid) {
-  const std::string text = proc_stat(pid);
-  auto close = text.rfind(')');   // the command name may hold spaces and parentheses
-  if (close == std::string::npos || close + 2 > text.size()) return 0;
-  std::istringstream rest(text.substr(close + 2));
-  std::string field;
-  // Fields after the name: state (3), ..., starttime (22).
-  for (int i = 3; i <= 22 && rest >> field; ++i) {
-    if (i != 22) continue;
-    std::uint64_t v = 0;
-    auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), v);
-    return ec == std::errc() ? v : 0;
-  }
-  return 0;
+  const auto fields = proc_stat_fields(pid);
+  if (fields.size() < 20) return 0;
+  const std::string& start = fields[19];   // field 22, starttime
+  std::uint64_t v = 0;
+  auto [end, ec] = std::from_chars(start.data(), start.data() + start.size(), v);
+  return ec == std::errc() ? v : 0;
 }
 
 PeerIdentity self_identity(std::string role) {

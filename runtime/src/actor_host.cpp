@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -82,21 +81,26 @@ using Host = caf::stateful_actor<HostState>;
 // This process's calls from other processes, as its hosts answer them: how many run now, and
 // whether the last few came within kBurstLinger of the answer before them (a burst, such as an RL
 // driver's step). Process-wide: the call after an answer is often another host's (a worker's
-// colocated roles), and whichever thread looks takes it.
+// colocated roles), and whichever thread looks takes it. Kept only once a host of the process has
+// joined a share group (its only readers): other processes' calls pay one relaxed load for it.
 class RemoteCadence {
  public:
   static RemoteCadence& instance() {
     static RemoteCadence c;
     return c;
   }
-  void begin() {   // a call from another process begins
+  void track() { tracking_.store(true, std::memory_order_relaxed); }   // a host joined a share group
+  // A call from another process begins: whether end() is to follow.
+  bool begin() {
+    if (!tracking_.load(std::memory_order_relaxed)) return false;
     running_.fetch_add(1);
     const std::int64_t last = answered_.load(std::memory_order_relaxed);
-    if (last == 0) return;
+    if (last == 0) return true;
     const bool soon = now_ns() - last < std::chrono::nanoseconds(kBurstLinger).count();
     // One bit a call, the newest lowest. Two hosts beginning at once may lose one's bit: a hint.
     const std::uint32_t h = history_.load(std::memory_order_relaxed);
     history_.store(((h << 1) | (soon ? 1u : 0u)) & kWindowMask, std::memory_order_relaxed);
+    return true;
   }
   void end() {   // ...and has been answered
     answered_.store(now_ns(), std::memory_order_relaxed);
@@ -112,6 +116,7 @@ class RemoteCadence {
   static std::int64_t now_ns() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
   }
+  std::atomic<bool> tracking_{false};
   std::atomic<int> running_{0};
   std::atomic<std::int64_t> answered_{0};
   std::atomic<std::uint32_t> history_{0};
@@ -133,8 +138,7 @@ thread_local std::optional<Taken> tl_taken;
 // to it from here would wait for this very thread (ActorCell::submit runs it here when it can).
 thread_local HostedObject* tl_lent = nullptr;
 
-void answer_remote(HostedObject& h, ActorCell& cell, WireCall& wc, const std::shared_ptr<ReplySink>& sink,
-                   const std::function<bool()>& queued);
+void answer_remote(HostedObject& h, ActorCell& cell, WireCall& wc, const std::shared_ptr<ReplySink>& sink, Host* self);
 
 // Runs the call taken for another host, if there is one, on this thread, `own`'s, with no lane
 // watch of linger's alive (a watch that does not drain holds its lanes' messages up). Whether it did.
@@ -154,7 +158,7 @@ bool run_taken(HostedObject& own) {
     }
   } lent(own);
   std::lock_guard running(t.hosted->running, std::adopt_lock);
-  answer_remote(*t.hosted, *t.cell, t.call.call, t.call.sink, [] { return false; });
+  answer_remote(*t.hosted, *t.cell, t.call.call, t.call.sink, nullptr);
   return true;
 }
 
@@ -171,7 +175,6 @@ bool run_taken(HostedObject& own) {
 void linger(Host* self, bool remote) {
   if (!self->state.linger) return;
   const auto now = std::chrono::steady_clock::now();
-  const auto until = now + kLinger;
   if (remote) {   // the next call may come by a lane: this thread takes it there itself
     HostedObject& h = *self->state.hosted;
     const RemoteCadence& cadence = RemoteCadence::instance();
@@ -206,6 +209,7 @@ void linger(Host* self, bool remote) {
       start = std::chrono::steady_clock::now();
     }
   }
+  const auto until = now + kLinger;
   for (unsigned i = 0; self->mailbox().empty(); ++i) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
@@ -233,7 +237,9 @@ Result<Payload> invoke(HostedObject& h, const std::string& method, const Payload
   if (method == kBarrierMethod) return Payload{};
   if (method == kShareThreadMethod) {   // troupe::share_thread
     try {
-      h.share_group.store(std::get<0>(decode_args<std::uint64_t>(args)), std::memory_order_relaxed);
+      const std::uint64_t group = std::get<0>(decode_args<std::uint64_t>(args));
+      h.share_group.store(group, std::memory_order_relaxed);
+      if (group != 0) RemoteCadence::instance().track();
     } catch (const DecodeError& e) {
       return Error{ErrorCode::BadArguments, std::string(kShareThreadMethod) + ": " + e.error().message};
     }
@@ -300,18 +306,17 @@ void set_result(WireReply& reply, Payload& result, std::size_t inline_max) {
   }
 }
 
-// A call from another process, answered on `sink`, `h.running` held: on its host's thread, or
-// on the thread of another host of its share group that took it (run_taken). `queued`: whether
-// calls wait behind it. Its token is checked here too (a call server fills in the one its
+// A call from another process, answered on `sink`, `h.running` held: on its host's thread `self`,
+// or (null) on the thread of another host of its share group that took it (run_taken). Its token is checked here too (a call server fills in the one its
 // connection presented): hosts outside worker processes take none (SEC-1).
-void answer_remote(HostedObject& h, ActorCell& cell, WireCall& wc, const std::shared_ptr<ReplySink>& sink,
-                   const std::function<bool()>& queued) {
-  RemoteCadence& cadence = RemoteCadence::instance();
-  cadence.begin();
+void answer_remote(HostedObject& h, ActorCell& cell, WireCall& wc, const std::shared_ptr<ReplySink>& sink, Host* self) {
   struct Answered {
     RemoteCadence& c;
-    ~Answered() { c.end(); }
-  } answered{cadence};
+    bool tracked;
+    ~Answered() {
+      if (tracked) c.end();
+    }
+  } answered{RemoteCadence::instance(), RemoteCadence::instance().begin()};
   WireReply reply;
   reply.actor_id = wc.actor_id;
   reply.incarnation = wc.incarnation;
@@ -344,7 +349,7 @@ void answer_remote(HostedObject& h, ActorCell& cell, WireCall& wc, const std::sh
       if (r.ok()) set_result(reply, r.value(), sink->inline_max()); else reply.set_error(r.error());
       // Calls queued behind this one: its reply may wait to leave with theirs (the io thread
       // writes it within microseconds, the last one of a run goes at once).
-      more = queued();
+      more = self != nullptr && !self->mailbox().empty();
     } catch (const DecodeError& e) {
       reply.set_error(Error{ErrorCode::BadArguments, "arguments: " + e.error().message});
     } catch (const ErrorException& e) {   // its tensor arguments could not be fetched
@@ -361,7 +366,7 @@ void run_remote(Host* self, ActorCell& cell, WireCall& wc, const std::shared_ptr
   HostedObject& h = *self->state.hosted;
   std::lock_guard running(h.running);
   h.posted.fetch_sub(1, std::memory_order_relaxed);
-  answer_remote(h, cell, wc, sink, [self] { return !self->mailbox().empty(); });
+  answer_remote(h, cell, wc, sink, self);
 }
 
 caf::behavior host(Host* self, std::shared_ptr<ActorCell> cell, std::shared_ptr<HostedObject> hosted, Factory factory,

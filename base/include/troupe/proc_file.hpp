@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <string>
+#include <vector>
 
 namespace troupe {
 
@@ -29,6 +30,24 @@ inline int read_proc_file(const std::string& path, std::string& out) {
     ::close(fd);
     return err;
   }
+}
+
+// The fields of /proc/<pid>/stat after the command name (which may hold spaces and parentheses):
+// [0] is field 3 (state), [1] field 4 (ppid), ..., [19] field 22 (starttime). Empty when the
+// process is gone (or going) or the file does not parse.
+inline std::vector<std::string> proc_stat_fields(long pid) {
+  std::string text;
+  if (read_proc_file("/proc/" + std::to_string(pid) + "/stat", text) != 0) return {};
+  const auto close = text.rfind(')');
+  if (close == std::string::npos || close + 2 >= text.size()) return {};
+  std::vector<std::string> out;
+  for (std::size_t at = close + 2; at < text.size();) {
+    const auto end = text.find_first_of(" \n", at);
+    out.push_back(text.substr(at, end == std::string::npos ? std::string::npos : end - at));
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  return out;
 }
 
 }  // namespace troupe
