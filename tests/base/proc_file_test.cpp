@@ -9,7 +9,7 @@
 
 #include "troupe/proc_file.hpp"
 
-TEST_CASE("proc_stat_fields: state, ppid and starttime of a live process, whatever its name; none for a gone one") {
+TEST_CASE("proc_stat_fields: state, ppid and starttime of a live process whatever its name, and none for a gone one") {
   char old_name[17] = {};
   ::prctl(PR_GET_NAME, old_name);
   ::prctl(PR_SET_NAME, "a) b (c");   // spaces and parentheses in the command name
