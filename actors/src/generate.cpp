@@ -129,7 +129,8 @@ at::Tensor sample_tokens(const at::Tensor& logits, const SamplingParams& params,
 }
 
 Generation generate(const Model& policy, const std::vector<std::vector<std::int32_t>>& prompts,
-                    std::int32_t samples_per_prompt, const SamplingParams& params, bool use_cache, BatchPart part) {
+                    std::int32_t samples_per_prompt, const SamplingParams& params, bool use_cache, BatchPart part,
+                    std::unique_ptr<DecodeCache>* keep) {
   at::NoGradGuard no_grad;   // not InferenceMode: the outputs feed autograd in the trainer
   if (samples_per_prompt < 1 || params.max_new_tokens < 1) throw std::invalid_argument("generate: nothing to sample");
   if (!part.prompt_index.empty() && part.prompt_index.size() != prompts.size())
@@ -147,7 +148,16 @@ Generation generate(const Model& policy, const std::vector<std::vector<std::int3
   }
   auto uniforms = at::empty({l.rows}, at::kDouble);
   // A model that makes no cache decodes without one: next_logits then passes the whole prefix.
-  const std::unique_ptr<DecodeCache> cache = use_cache ? policy.make_cache(l.rows, p + params.max_new_tokens) : nullptr;
+  std::unique_ptr<DecodeCache> made;
+  DecodeCache* cache = nullptr;
+  if (use_cache) {
+    if (keep != nullptr && *keep != nullptr && (*keep)->reuse(l.rows, p + params.max_new_tokens)) {
+      cache = keep->get();
+    } else {
+      made = policy.make_cache(l.rows, p + params.max_new_tokens);
+      cache = made.get();
+    }
+  }
   auto logprobs = at::zeros(l.tokens.sizes(), at::kFloat);
   auto response_mask = at::zeros(l.tokens.sizes(), at::kBool);
   auto done = at::zeros({l.rows}, at::kBool);
@@ -156,7 +166,7 @@ Generation generate(const Model& policy, const std::vector<std::vector<std::int3
     at::Tensor logits;
     if (s == 0 && cache != nullptr && samples_per_prompt > 1)
       logits = shared_prefill(policy, prompts, samples_per_prompt, l, params.max_new_tokens, *cache);
-    if (!logits.defined()) logits = next_logits(policy, l, width, cache.get(), s == 0);
+    if (!logits.defined()) logits = next_logits(policy, l, width, cache, s == 0);
     at::Tensor lp;
     if (params.temperature > 0.0f) {
       auto u = uniforms.accessor<double, 1>();
@@ -172,6 +182,7 @@ Generation generate(const Model& policy, const std::vector<std::vector<std::int3
     if (params.stop_token >= 0) done.logical_or_(token.eq(params.stop_token));
     if (done.all().item<bool>()) break;
   }
+  if (keep != nullptr && made != nullptr) *keep = std::move(made);
   Generation g;
   g.tokens = l.tokens.narrow(1, 0, width).contiguous();
   g.attn_mask = l.attn_mask.narrow(1, 0, width).contiguous();

@@ -56,6 +56,7 @@ Model::Model(PolicyConfig config) : config_(std::move(config)) {
 std::unique_ptr<DecodeCache> Model::make_cache(std::int64_t, std::int64_t) const { return nullptr; }
 
 bool DecodeCache::repeat_rows(const DecodeCache&, std::int64_t, std::int64_t) { return false; }
+bool DecodeCache::reuse(std::int64_t, std::int64_t) { return false; }
 
 void Model::add_scalar_heads(std::int64_t width, at::Generator& gen) {
   first_head_ = params_.size();

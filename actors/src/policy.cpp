@@ -87,12 +87,31 @@ class FusedAttention : public torch::autograd::Function<FusedAttention> {
 
 }  // namespace
 
-KvCache::KvCache(const PolicyConfig& c, std::int64_t batch, std::int64_t max_len) : max_len_(max_len) {
-  const std::int64_t dh = c.d_model / c.heads;
+KvCache::KvCache(const PolicyConfig& c, std::int64_t batch, std::int64_t max_len)
+    : heads_(c.heads), head_dim_(c.d_model / c.heads), max_len_(max_len) {
   for (int l = 0; l < c.layers; ++l) {
-    keys_.push_back(at::zeros({batch, c.heads, max_len, dh}));
-    values_.push_back(at::zeros({batch, c.heads, max_len, dh}));
+    key_memory_.push_back(at::zeros({batch * heads_ * max_len * head_dim_}));
+    value_memory_.push_back(at::zeros({batch * heads_ * max_len * head_dim_}));
   }
+  view(batch, max_len);
+}
+
+void KvCache::view(std::int64_t batch, std::int64_t max_len) {
+  const std::int64_t n = batch * heads_ * max_len * head_dim_;
+  keys_.clear();
+  values_.clear();
+  for (std::size_t l = 0; l < key_memory_.size(); ++l) {
+    keys_.push_back(key_memory_[l].narrow(0, 0, n).view({batch, heads_, max_len, head_dim_}));
+    values_.push_back(value_memory_[l].narrow(0, 0, n).view({batch, heads_, max_len, head_dim_}));
+  }
+  max_len_ = max_len;
+}
+
+bool KvCache::reuse(std::int64_t batch, std::int64_t max_len) {
+  if (batch < 1 || max_len < 1 || key_memory_.empty() || batch * heads_ * max_len * head_dim_ > key_memory_[0].numel())
+    return false;
+  view(batch, max_len);
+  return true;
 }
 
 bool KvCache::repeat_rows(const DecodeCache& prefix, std::int64_t repeats, std::int64_t length) {
@@ -103,9 +122,12 @@ bool KvCache::repeat_rows(const DecodeCache& prefix, std::int64_t repeats, std::
       from->keys_[0].size(1) != keys_[0].size(1) || from->keys_[0].size(3) != keys_[0].size(3)) {
     throw std::invalid_argument("KvCache::repeat_rows: a prefix of other sizes");
   }
+  // Row r of this cache is row r / repeats of the prefix: this cache's rows as [prefix rows,
+  // repeats, ...] take the prefix broadcast over `repeats`, with no repeated copy made first.
+  const std::int64_t rows = from->keys_[0].size(0);
   for (std::size_t l = 0; l < keys_.size(); ++l) {
-    keys_[l].narrow(2, 0, length).copy_(from->keys_[l].narrow(2, 0, length).repeat_interleave(repeats, 0));
-    values_[l].narrow(2, 0, length).copy_(from->values_[l].narrow(2, 0, length).repeat_interleave(repeats, 0));
+    keys_[l].narrow(2, 0, length).unflatten(0, {rows, repeats}).copy_(from->keys_[l].narrow(2, 0, length).unsqueeze(1));
+    values_[l].narrow(2, 0, length).unflatten(0, {rows, repeats}).copy_(from->values_[l].narrow(2, 0, length).unsqueeze(1));
   }
   return true;
 }

@@ -18,6 +18,7 @@ struct RolloutEngine::Impl {
   std::unique_ptr<Model> policy;
   std::int64_t version = 0;
   std::unique_ptr<WeightSubscriber> weights;   // pull_weights(): the store it follows
+  std::unique_ptr<DecodeCache> cache;   // the last generate's, reused by the next (generate()'s keep)
   std::uint64_t weights_store = 0;
   explicit Impl(RolloutConfig c) : config(std::move(c)), policy(make_model(config.policy)) {}
 };
@@ -33,7 +34,8 @@ RolloutBatch RolloutEngine::generate(GenerateRequest request) {
   const ComputeScope scope(impl_->config.threads);
   const auto start = std::chrono::steady_clock::now();
   Generation g = actors::generate(*impl_->policy, request.prompts, request.samples_per_prompt, request.sampling,
-                                  impl_->config.use_cache, BatchPart{std::move(request.prompt_index), request.prompt_width});
+                                  impl_->config.use_cache, BatchPart{std::move(request.prompt_index), request.prompt_width},
+                                  &impl_->cache);
   RolloutBatch b;
   b.tokens = to_view(g.tokens);
   b.attn_mask = to_view(g.attn_mask);

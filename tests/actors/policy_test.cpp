@@ -73,6 +73,37 @@ TEST_CASE("a prompt's samples share one prefill: the KV cache repeats its rows, 
   CHECK_THROWS_AS(shared.repeat_rows(once, repeats, max_len + 1), std::invalid_argument);
 }
 
+TEST_CASE("a decode cache kept from call to call (a rollout engine's) gives the tokens a fresh one does") {
+  Policy policy(config(9));
+  const std::vector<std::vector<std::int32_t>> longer = {{3, 4, 5, 6, 7, 8, 9}, {2}, {9, 8, 7}, {1, 10}, {4, 4}};
+  std::unique_ptr<DecodeCache> keep;
+  // Small, then larger (a new cache), then smaller again (the larger one's memory, holding the
+  // larger call's keys and values where this call does not write), each against a fresh cache.
+  const struct {
+    const std::vector<std::vector<std::int32_t>>* prompts;
+    std::int32_t samples, max_new;
+    bool fits;   // the kept cache is reused
+  } calls[] = {{&kPrompts, 2, 4, false}, {&longer, 3, 10, false}, {&kPrompts, 3, 8, true}, {&kPrompts, 1, 3, true}};
+  for (const auto& c : calls) {
+    SamplingParams sp{1.0f, 1.0f, c.max_new, 2, 17};
+    const DecodeCache* before = keep.get();
+    auto kept = generate(policy, *c.prompts, c.samples, sp, true, {}, &keep);
+    auto fresh = generate(policy, *c.prompts, c.samples, sp, true);
+    CAPTURE(c.max_new);
+    REQUIRE(keep != nullptr);
+    CHECK((keep.get() == before) == c.fits);
+    CHECK(at::equal(kept.tokens, fresh.tokens));
+    CHECK(at::equal(kept.logprobs, fresh.logprobs));
+    CHECK(kept.responses == fresh.responses);
+  }
+  KvCache small(policy.config(), 2, 4);
+  CHECK(small.reuse(1, 8));
+  CHECK(small.keys(0).sizes() == at::IntArrayRef{1, 4, 8, 8});
+  CHECK_FALSE(small.reuse(3, 4));
+  CHECK(small.keys(0).sizes() == at::IntArrayRef{1, 4, 8, 8});   // unchanged by a refusal
+  CHECK_FALSE(small.reuse(0, 4));
+}
+
 TEST_CASE("left padding does not change a prompt's continuation") {
   Policy policy(config(9));
   SamplingParams greedy{0.0f, 1.0f, 8, -1, 0};

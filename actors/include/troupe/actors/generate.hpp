@@ -5,6 +5,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "troupe/actors/policy.hpp"
@@ -37,9 +38,12 @@ struct BatchPart {
 // std::invalid_argument when a prompt is empty or longer than part.prompt_width, an id is outside
 // the vocabulary, part.prompt_index has another length than prompts or a negative index, or
 // prompt + max_new_tokens exceeds the context.
+// `keep`, when given, carries the decode cache from one call to the next (a rollout engine's):
+// a cache it holds is reused when it is large enough (DecodeCache::reuse), and the cache this call
+// decoded with is left in it. The tokens are the same either way.
 Generation generate(const Model& policy, const std::vector<std::vector<std::int32_t>>& prompts,
                     std::int32_t samples_per_prompt, const SamplingParams& params, bool use_cache = true,
-                    BatchPart part = {});
+                    BatchPart part = {}, std::unique_ptr<DecodeCache>* keep = nullptr);
 
 // The key of sample `sample` of prompt `prompt` (indices in the whole batch) of a request seeded
 // `seed`; uniform(key, t) is its t-th draw, in (0, 1). SplitMix64 over the counters: no state.

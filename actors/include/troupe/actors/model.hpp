@@ -35,6 +35,12 @@ class DecodeCache {
   // r / repeats. A prompt's samples then share one prefill (generate()). Returns false, changing
   // nothing, when this cache cannot (the default); generate() then prefills every row itself.
   virtual bool repeat_rows(const DecodeCache& prefix, std::int64_t repeats, std::int64_t length);
+  // Makes this cache one for `batch` rows and up to `max_len` positions in the memory it has, so
+  // that a rollout engine's decodes, one after another, allocate (and fault in, and zero) no cache
+  // of their own (generate()'s `keep`). What a position held before stays until a forward writes
+  // it: a decode reads only the positions it has written. Returns false, changing nothing, when it
+  // cannot (the default; too small): the caller makes a new one.
+  virtual bool reuse(std::int64_t batch, std::int64_t max_len);
 };
 
 class Model {

@@ -31,8 +31,14 @@ class KvCache final : public DecodeCache {
   // Throws std::invalid_argument when prefix is a KvCache of other sizes (rows * repeats, heads,
   // layers) or too short; false when it is not a KvCache.
   bool repeat_rows(const DecodeCache& prefix, std::int64_t repeats, std::int64_t length) override;
+  // True when batch * max_len positions fit in the memory the cache was made with.
+  bool reuse(std::int64_t batch, std::int64_t max_len) override;
 
  private:
+  void view(std::int64_t batch, std::int64_t max_len);   // keys_, values_ over the first elements of the memory
+
+  std::int64_t heads_, head_dim_;
+  std::vector<at::Tensor> key_memory_, value_memory_;   // per layer, flat
   std::vector<at::Tensor> keys_, values_;
   std::int64_t max_len_;
 };
