@@ -147,10 +147,11 @@ RuntimeConfig RuntimeConfig::from_args_and_env(int argc, const char* const* argv
 }
 
 Runtime init(int argc, char** argv) {
-  detail::keep_tensor_memory();   // before any thread of the runtime allocates
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::string(argv[i]) == "--troupe-worker") detail::run_worker(argv[i + 1]);   // never returns
-  }
+  const char* worker = nullptr;   // this process is a worker: the id it was started with
+  for (int i = 1; i + 1 < argc && worker == nullptr; ++i)
+    if (std::string(argv[i]) == "--troupe-worker") worker = argv[i + 1];
+  detail::keep_tensor_memory(worker != nullptr);   // before any thread of the runtime allocates
+  if (worker != nullptr) detail::run_worker(worker);   // never returns
   RuntimeConfig config;
   try {
     config = RuntimeConfig::from_args_and_env(argc, argv);

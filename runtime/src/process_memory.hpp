@@ -15,15 +15,23 @@
 //     every step: in rl_step's GRPO with worker processes, ~1,600 more faults a step and a train
 //     phase of 114 ms instead of 67, in the runs whose arena happened to land on that edge (2 of 6
 //     on 2026-12-04). The pad is address space, not memory: a page costs only once written.
-// One arena for all (M_ARENA_MAX 1) ends it too, but puts every thread's allocations behind one
-// lock: no difference on this 2-vCPU VM (actor_calls, same-hour pairs), a serialisation on a node
-// with many actor threads.
-// A setting the environment already gives (MALLOC_TRIM_THRESHOLD_, MALLOC_MMAP_THRESHOLD_,
-// MALLOC_TOP_PAD_, or the same in GLIBC_TUNABLES) is left as it says.
+// A worker process allocates from one arena (M_ARENA_MAX 1); a driver keeps glibc's arena per
+// thread. A worker hosts the actors placed on it together (a colocated bundle: an RL run's
+// trainer, rollout engine and reference), and those of a share group (troupe/share_thread.hpp)
+// run their calls on whichever of their threads is free: with an arena per thread, every thread
+// that ran a role once faulted in a copy of that role's working set. Measured on this 2-vCPU VM
+// (2026-12-06, rl_step's DPO through a worker, 4 alternating pairs of default runs): the trainer's
+// own step 1.009-1.043 x the plain loop's with one arena, 1.014-1.167 x with glibc's arenas. The
+// price is one lock for the process's allocations: uncontended while its actors take turns, as a
+// share group's do; actors of one worker that compute at once (and its io threads) take it in
+// turn for each allocation, a tensor op's one or two. A driver, whose threads are the user's,
+// keeps an arena each: one lock there would serialise them.
+// A setting the environment already gives (MALLOC_ARENA_MAX, MALLOC_TRIM_THRESHOLD_,
+// MALLOC_MMAP_THRESHOLD_, MALLOC_TOP_PAD_, or the same in GLIBC_TUNABLES) is left as it says.
 #pragma once
 
 namespace troupe::detail {
 
-void keep_tensor_memory();
+void keep_tensor_memory(bool worker_process);
 
 }  // namespace troupe::detail

@@ -480,6 +480,24 @@ TEST_CASE("an actor in a worker process reuses the memory it freed: allocating i
   CHECK(faults < 2048);
 }
 
+// A worker process allocates from one arena (process_memory.hpp): what one actor's thread freed,
+// another actor's thread of the process gets back. With an arena per thread (glibc's default,
+// MALLOC_ARENA_MAX=8 here), the second actor's first round faults in all its 20,480 pages.
+TEST_CASE("colocated actors of a worker process, each on its own thread, reuse the memory each other freed") {
+  test_support::TempDir dir("troupe-arena");
+  troupe::RuntimeConfig cfg;
+  cfg.session_root = dir.path;
+  auto rt = troupe::Runtime::create(cfg).value();
+  auto a = rt.spawn<Store>(troupe::Options{}.process(true), 0);
+  auto b = rt.spawn<Store>(troupe::Options{}.colocate_with(a), 0);
+  REQUIRE(a.call(&Store::pid).get() == b.call(&Store::pid).get());
+  REQUIRE(a.call(&Store::tid).get() != b.call(&Store::tid).get());
+  a.call(&Store::refault, 80, 2).get();
+  const long faults = b.call(&Store::refault, 80, 1).get();   // b's first round: a's pages, or fresh ones
+  INFO("page faults of b's first round of 80 MiB, after a's: " << faults);
+  CHECK(faults < 2048);
+}
+
 TEST_CASE("placement groups reserve bundles across nodes, and colocated actors share a bundle's process") {
   itest::Cluster cluster("CPU=2");
   cluster.add_node("CPU=2");
