@@ -26,6 +26,15 @@ void pack_byte_lists(msgpack::packer<FrameBuffer>& pk, const std::vector<std::ve
   for (const auto& b : lists) pack_bytes(pk, b);
 }
 
+// A frame's bytes besides its strings and byte fields (at most: ints, headers), and those of a list
+// of byte fields: what encode_* reserves, so that the frame is written once, not regrown.
+constexpr std::size_t kFrameOverhead = 96;
+std::size_t listed_size(const std::vector<std::vector<char>>& lists) {
+  std::size_t n = 5;
+  for (const auto& b : lists) n += 5 + b.size();
+  return n;
+}
+
 const msgpack::object* fields(const msgpack::object& o, std::uint32_t n) {
   if (o.type != msgpack::type::ARRAY || o.via.array.size != n) throw std::runtime_error("malformed frame");
   return o.via.array.ptr;
@@ -53,12 +62,19 @@ T as(const msgpack::object& o) {
   }
 }
 
+// Strings and bytes in the object point into `data` rather than into copies in its zone: every
+// decode_* below copies what it keeps out before `data` goes (one copy of an argument's or a
+// result's bytes, not two).
+bool in_place(msgpack::type::object_type type, std::size_t, void*) {
+  return type == msgpack::type::BIN || type == msgpack::type::STR;
+}
+
 msgpack::object_handle unpack(const char* data, std::size_t size) {
   static const msgpack::unpack_limit kLimits(/*array*/ 1u << 20, /*map*/ 16, /*str*/ 1u << 30,
                                              /*bin*/ 0xFFFFFFFFu, /*ext*/ 0, /*depth*/ 4);
   try {
     std::size_t off = 0;
-    auto h = msgpack::unpack(data, size, off, nullptr, nullptr, kLimits);
+    auto h = msgpack::unpack(data, size, off, in_place, nullptr, kLimits);
     if (off != size) throw std::runtime_error("malformed frame: trailing bytes");
     return h;
   } catch (const std::runtime_error&) {
@@ -87,6 +103,7 @@ Error ReplyFrame::error_value() const {
 
 std::vector<char> encode_call(const CallFrame& c) {
   FrameBuffer buf;
+  buf.bytes.reserve(kFrameOverhead + c.method.size() + c.args.size() + listed_size(c.tensors));
   msgpack::packer<FrameBuffer> pk(buf);
   pk.pack_array(6);
   pk.pack(c.actor_id);
@@ -114,6 +131,7 @@ CallFrame decode_call(const char* data, std::size_t size) {
 
 std::vector<char> encode_reply(const ReplyFrame& r) {
   FrameBuffer buf;
+  buf.bytes.reserve(kFrameOverhead + r.error.size() + r.result.size() + listed_size(r.tensors));
   msgpack::packer<FrameBuffer> pk(buf);
   pk.pack_array(8);
   pk.pack(r.actor_id);

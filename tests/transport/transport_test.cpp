@@ -191,6 +191,42 @@ tp::TensorDescriptor sample_remote() {
 
 TROUPE_TEST_HELPER("transport", run_helper);
 
+TEST_CASE("transport: encode_inline writes inline_descriptor's encoding, and a view decodes it in place") {
+  auto t = TensorView::empty(DType::F32, {4, 6});
+  for (int i = 0; i < 24; ++i) t.data_as<float>()[i] = float(i) * 0.5f;
+  auto strided = t;   // the transpose: gathered row-major
+  strided.shape = {6, 4};
+  strided.strides = {1, 6};
+  for (const auto& v : {t, strided, TensorView::empty(DType::I64, {0, 3})}) {
+    CAPTURE(v.shape.size());
+    const auto wire = tp::encode_inline(v);
+    CHECK(wire == tp::encode(tp::inline_descriptor(v)));
+    const auto view = tp::decode_descriptor_view(wire.data(), wire.size());
+    CHECK(view.descriptor.is_inline);
+    CHECK(view.descriptor.shape == v.shape);
+    CHECK(view.descriptor.inline_bytes.empty());   // left where they are
+    const auto full = tp::decode_descriptor(wire);
+    REQUIRE(full.inline_bytes.size() == v.nbytes());
+    if (v.nbytes() > 0) {
+      CHECK(view.inline_data >= wire.data());
+      CHECK(view.inline_data + v.nbytes() == wire.data() + wire.size());   // the payload ends the encoding
+      CHECK(std::memcmp(view.inline_data, full.inline_bytes.data(), v.nbytes()) == 0);
+    }
+  }
+  const auto remote = tp::encode(sample_remote());
+  CHECK(tp::decode_descriptor_view(remote.data(), remote.size()).inline_data == nullptr);
+  // Past what a lane carries, or without data: refused, as encode refuses.
+  auto big = TensorView::empty(DType::U8, {std::int64_t(tp::kLaneInlineMaxBytes) + 1});
+  CHECK_THROWS_AS(tp::encode_inline(big), troupe::ErrorException);
+  auto no_data = t;
+  no_data.data = nullptr;
+  CHECK_THROWS_AS(tp::encode_inline(no_data), troupe::ErrorException);
+  // Malformed bytes: refused by the view as by decode_descriptor (the cases of the test below).
+  auto cut = tp::encode_inline(t);
+  cut.pop_back();
+  CHECK_THROWS_AS(tp::decode_descriptor_view(cut.data(), cut.size()), troupe::ErrorException);
+}
+
 TEST_CASE("transport: descriptors round-trip through their wire format") {
   auto d = sample_remote();
   auto back = tp::decode_descriptor(tp::encode(d));

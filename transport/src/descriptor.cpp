@@ -1,5 +1,7 @@
 #include "troupe/transport/descriptor.hpp"
 
+#include "troupe/transport/data_plane.hpp"
+
 #include <cstring>
 
 // Layout, version 1, all integers little-endian:
@@ -43,10 +45,14 @@ class Reader {
     return static_cast<T>(v);
   }
   std::vector<char> bytes(std::size_t len) {
+    const char* at = skip(len);
+    return std::vector<char>(at, at + len);
+  }
+  const char* skip(std::size_t len) {   // the next `len` bytes, where they are
     need(len);
-    std::vector<char> b(p_, p_ + len);
+    const char* at = p_;
     advance(len);
-    return b;
+    return at;
   }
   bool done() const { return n_ == 0; }
 
@@ -57,17 +63,30 @@ class Reader {
   std::size_t n_;
 };
 
-void check_limits(const TensorDescriptor& d) {
+// `inline_size`: the inline bytes' count (held in the descriptor or, decoded as a view, not).
+void check_limits(const TensorDescriptor& d, std::size_t inline_size) {
   if (d.shape.size() > kMaxDims) bad("too many dimensions");
   if (checked_nbytes(d.dtype, d.shape) != d.nbytes) bad("nbytes does not match dtype and shape");
   if (d.is_inline) {
-    if (d.nbytes > kLaneInlineMaxBytes || d.inline_bytes.size() != d.nbytes) bad("bad inline length");
+    if (d.nbytes > kLaneInlineMaxBytes || inline_size != d.nbytes) bad("bad inline length");
     return;
   }
   if (d.worker_address.empty() || d.worker_address.size() > kMaxWorkerAddressBytes) bad("bad worker address length");
   if (d.rkey.empty() || d.rkey.size() > kMaxRkeyBytes) bad("bad rkey length");
   if (d.region == 0) bad("remote descriptor without a region");
   if (d.remote_address + d.nbytes < d.remote_address) bad("remote range wraps");
+}
+void check_limits(const TensorDescriptor& d) { check_limits(d, d.inline_bytes.size()); }
+
+// The fields every descriptor starts with.
+void put_head(Writer& w, DType dtype, const std::vector<std::int64_t>& shape, std::uint64_t nbytes, bool is_inline) {
+  w.put(kMagic);
+  w.put(kVersion);
+  w.put(std::uint8_t(is_inline ? kFlagInline : 0));
+  w.put(std::uint8_t(dtype));
+  w.put(std::uint8_t(shape.size()));
+  for (auto dim : shape) w.put(std::uint64_t(dim));
+  w.put(nbytes);
 }
 
 }  // namespace
@@ -87,13 +106,7 @@ std::vector<char> encode(const TensorDescriptor& d) {
   std::vector<char> out;
   out.reserve(64 + d.shape.size() * 8 + d.inline_bytes.size() + d.worker_address.size() + d.rkey.size());
   Writer w(out);
-  w.put(kMagic);
-  w.put(kVersion);
-  w.put(std::uint8_t(d.is_inline ? kFlagInline : 0));
-  w.put(std::uint8_t(d.dtype));
-  w.put(std::uint8_t(d.shape.size()));
-  for (auto dim : d.shape) w.put(std::uint64_t(dim));
-  w.put(d.nbytes);
+  put_head(w, d.dtype, d.shape, d.nbytes, d.is_inline);
   if (d.is_inline) {
     w.put(std::uint32_t(d.inline_bytes.size()));
     w.bytes(d.inline_bytes);
@@ -109,7 +122,24 @@ std::vector<char> encode(const TensorDescriptor& d) {
   return out;
 }
 
-TensorDescriptor decode_descriptor(const char* data, std::size_t size) {
+std::vector<char> encode_inline(const TensorView& t) {
+  if (t.shape.size() > kMaxDims) bad("too many dimensions");
+  const std::uint64_t n = checked_nbytes(t.dtype, t.shape);
+  if (n > kLaneInlineMaxBytes) bad("inline payload too large");
+  if (n > 0 && t.data == nullptr) bad("tensor view without data");
+  std::vector<char> out;
+  out.reserve(64 + t.shape.size() * 8 + n);
+  Writer w(out);
+  put_head(w, t.dtype, t.shape, n, true);
+  w.put(std::uint32_t(n));
+  if (n == 0) return out;
+  if (!t.is_contiguous()) return encode(inline_descriptor(t));   // strided: gathered there first
+  const char* from = static_cast<const char*>(t.data);
+  out.insert(out.end(), from, from + n);
+  return out;
+}
+
+DescriptorView decode_descriptor_view(const char* data, std::size_t size) {
   if (data == nullptr && size != 0) bad("null bytes");
   Reader r(data, size);
   if (r.get<std::uint32_t>() != kMagic) bad("bad magic");
@@ -125,10 +155,13 @@ TensorDescriptor decode_descriptor(const char* data, std::size_t size) {
   d.is_inline = (flags & kFlagInline) != 0;
   for (std::uint8_t i = 0; i < ndim; ++i) d.shape.push_back(std::int64_t(r.get<std::uint64_t>()));
   d.nbytes = r.get<std::uint64_t>();
+  DescriptorView v;
+  std::size_t inline_size = 0;
   if (d.is_inline) {
     auto len = r.get<std::uint32_t>();
     if (len > kLaneInlineMaxBytes) bad("inline payload too large");
-    d.inline_bytes = r.bytes(len);
+    v.inline_data = r.skip(len);
+    inline_size = len;
   } else {
     d.region = r.get<std::uint64_t>();
     d.owner_pid = r.get<std::uint32_t>();
@@ -137,8 +170,15 @@ TensorDescriptor decode_descriptor(const char* data, std::size_t size) {
     d.rkey = r.bytes(r.get<std::uint16_t>());
   }
   if (!r.done()) bad("trailing bytes");
-  check_limits(d);
-  return d;
+  check_limits(d, inline_size);
+  v.descriptor = std::move(d);
+  return v;
+}
+
+TensorDescriptor decode_descriptor(const char* data, std::size_t size) {
+  DescriptorView v = decode_descriptor_view(data, size);
+  if (v.descriptor.is_inline) v.descriptor.inline_bytes.assign(v.inline_data, v.inline_data + v.descriptor.nbytes);
+  return std::move(v.descriptor);
 }
 
 }  // namespace troupe::transport

@@ -65,7 +65,7 @@ std::vector<std::uint64_t> decode_regions(const std::vector<char>& body) {
 bool pulls_tensors(const detail::WireReply& r) {
   for (const auto& raw : r.tensors) {
     try {
-      if (!transport::decode_descriptor(raw).is_inline) return true;
+      if (!transport::decode_descriptor_view(raw.data(), raw.size()).descriptor.is_inline) return true;
     } catch (const ErrorException&) {
       return false;   // a bad descriptor fails the call when it is decoded, wherever that is
     }

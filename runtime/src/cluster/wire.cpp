@@ -1,9 +1,27 @@
 #include "cluster/wire.hpp"
 
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+
 #include "troupe/net/link.hpp"
 #include "troupe/transport/data_plane.hpp"
 
 namespace troupe::detail {
+namespace {
+
+// A tensor of its own holding the inline bytes at `bytes`: allocated as TensorView::empty does (64-byte
+// aligned), but written once, by the copy, not zeroed first.
+TensorView copy_of(const transport::TensorDescriptor& d, const char* bytes) {
+  const std::size_t n = std::size_t(d.nbytes);
+  void* p = std::aligned_alloc(64, ((n + 63) / 64) * 64 + 64);
+  if (p == nullptr) throw std::bad_alloc();
+  if (n > 0) std::memcpy(p, bytes, n);
+  return TensorView::wrap(p, d.dtype, d.shape, std::shared_ptr<void>(p, [](void* q) { std::free(q); }));
+}
+
+}  // namespace
 
 std::size_t inline_limit(const net::Link& link) {
   return link.has_lane() ? transport::kLaneInlineMaxBytes : transport::kInlineMaxBytes;
@@ -16,7 +34,7 @@ WirePayload to_wire(Payload& p, std::size_t inline_max) {
   w.tensors.reserve(p.tensors.size());
   for (const auto& t : p.tensors) {
     if (t.nbytes() <= inline_max) {   // in the message (no UCX context for these)
-      w.tensors.push_back(transport::encode(transport::inline_descriptor(t)));
+      w.tensors.push_back(transport::encode_inline(t));
       continue;
     }
     auto d = transport::DataPlane::instance().expose(t);
@@ -32,16 +50,15 @@ Payload from_wire(std::vector<char> bytes, const std::vector<std::vector<char>>&
   p.bytes = std::move(bytes);
   p.tensors.reserve(tensors.size());
   for (const auto& raw : tensors) {
-    transport::TensorDescriptor d;
+    transport::DescriptorView v;
     try {
-      d = transport::decode_descriptor(raw);
+      v = transport::decode_descriptor_view(raw.data(), raw.size());
     } catch (const ErrorException& e) {
       throw DecodeError(e.error().message);
     }
+    auto& d = v.descriptor;
     if (d.is_inline) {
-      auto t = TensorView::empty(d.dtype, d.shape);
-      std::copy(d.inline_bytes.begin(), d.inline_bytes.end(), static_cast<char*>(t.data));
-      p.tensors.push_back(std::move(t));
+      p.tensors.push_back(copy_of(d, v.inline_data));
       continue;
     }
     try {

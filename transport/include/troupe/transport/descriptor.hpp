@@ -54,8 +54,23 @@ struct TensorDescriptor {
 // (BadDescriptor) if `d` breaks the limits above.
 std::vector<char> encode(const TensorDescriptor& d);
 
+// The encoding of an inline descriptor of a contiguous copy of `t` (encode(inline_descriptor(t))),
+// its bytes written once, straight into the result. Throws ErrorException (BadDescriptor) past
+// kLaneInlineMaxBytes or for a view without data.
+std::vector<char> encode_inline(const TensorView& t);
+
+// A decoded descriptor whose inline bytes stay where they are: `inline_data` points at the
+// descriptor.nbytes of them inside the bytes decoded (descriptor.inline_bytes is left empty),
+// valid while those are. Null for a remote descriptor.
+struct DescriptorView {
+  TensorDescriptor descriptor;
+  const char* inline_data = nullptr;
+};
+
 // Decodes untrusted bytes: version, dtype, dims, sizes and lengths are all checked, trailing
 // bytes are rejected. Throws TransportError(BadDescriptor); never reads out of bounds.
+DescriptorView decode_descriptor_view(const char* data, std::size_t size);
+// The same, the inline bytes copied into the descriptor.
 TensorDescriptor decode_descriptor(const char* data, std::size_t size);
 inline TensorDescriptor decode_descriptor(const std::vector<char>& b) {
   return decode_descriptor(b.data(), b.size());
