@@ -190,15 +190,18 @@ Generation generate(const Model& policy, const std::vector<std::vector<std::int3
   g.logprobs = logprobs.narrow(1, 0, width).contiguous();
   g.prompt_len = std::int32_t(p);
   g.generated_tokens = g.response_mask.sum().item<std::int64_t>();
-  g.responses.resize(std::size_t(l.rows));
+  g.responses.reserve(std::size_t(l.rows), std::size_t(g.generated_tokens));
   g.finished.assign(std::size_t(l.rows), 0);
   auto tok = g.tokens.accessor<std::int64_t, 2>();
   auto resp = g.response_mask.accessor<bool, 2>();
+  std::vector<std::int32_t> row;
   for (std::int64_t r = 0; r < l.rows; ++r) {
+    row.clear();
     for (std::int64_t c = p; c < width && resp[r][c]; ++c) {
       if (tok[r][c] == params.stop_token) { g.finished[std::size_t(r)] = 1; break; }
-      g.responses[std::size_t(r)].push_back(std::int32_t(tok[r][c]));
+      row.push_back(std::int32_t(tok[r][c]));
     }
+    g.responses.push_back(row);
   }
   return g;
 }

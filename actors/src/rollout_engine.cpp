@@ -99,7 +99,8 @@ RolloutBatch merge_rollouts(const std::vector<RolloutPart>& parts, std::int32_t 
   auto tokens = at::zeros({rows, width}, at::kLong), attn = at::zeros({rows, width}, at::kBool),
        response = at::zeros({rows, width}, at::kBool), logprobs = at::zeros({rows, width}, at::kFloat);
   RolloutBatch out;
-  out.responses.resize(std::size_t(rows));
+  std::vector<std::span<const std::int32_t>> responses(static_cast<std::size_t>(rows));   // in row order at the end
+  std::size_t response_tokens = 0;
   out.finished.resize(std::size_t(rows));
   out.policy_version.resize(std::size_t(rows));
   out.prompt_len = parts.empty() ? 0 : parts.front().batch.prompt_len;
@@ -118,13 +119,16 @@ RolloutBatch merge_rollouts(const std::vector<RolloutPart>& parts, std::int32_t 
     place(logprobs, b.logprobs);
     for (std::size_t r = 0; r < dest.size(); ++r) {
       const auto to = std::size_t(dest[r]);
-      out.responses[to] = b.responses.at(r);
+      responses[to] = b.responses.at(r);
+      response_tokens += responses[to].size();
       out.finished[to] = b.finished.at(r);
       out.policy_version[to] = b.policy_version.at(r);
     }
     out.generated_tokens += b.generated_tokens;
     out.seconds = std::max(out.seconds, b.seconds);
   }
+  out.responses.reserve(responses.size(), response_tokens);
+  for (auto row : responses) out.responses.push_back(row);
   out.tokens = to_view(tokens);
   out.attn_mask = to_view(attn);
   out.response_mask = to_view(response);

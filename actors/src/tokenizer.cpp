@@ -24,7 +24,7 @@ std::vector<std::int32_t> CharTokenizer::encode(std::string_view text) const {
   return out;
 }
 
-std::string CharTokenizer::decode(const std::vector<std::int32_t>& ids) const {
+std::string CharTokenizer::decode(std::span<const std::int32_t> ids) const {
   std::string out;
   out.reserve(ids.size());
   for (auto id : ids) {

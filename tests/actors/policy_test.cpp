@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "support/doctest_after_torch.hpp"   // ATen redefines CHECK
@@ -110,7 +111,7 @@ TEST_CASE("left padding does not change a prompt's continuation") {
   auto batch = generate(policy, kPrompts, 1, greedy, true);
   for (std::size_t i = 0; i < kPrompts.size(); ++i) {
     auto alone = generate(policy, {kPrompts[i]}, 1, greedy, true);
-    CHECK(alone.responses[0] == batch.responses[i]);
+    CHECK(std::ranges::equal(alone.responses[0], batch.responses[i]));
   }
 }
 
@@ -202,7 +203,7 @@ TEST_CASE("a sample's tokens do not depend on how its batch is split into reques
           CHECK(at::equal(part.tokens[r], whole.tokens[w].narrow(0, 0, width)));
           CHECK((whole.tokens[w].narrow(0, width, whole.tokens.size(1) - width) == 0).all().item<bool>());   // nothing past it
           CHECK(at::allclose(part.logprobs[r], whole.logprobs[w].narrow(0, 0, width), 1e-5, 1e-6));
-          CHECK(part.responses[std::size_t(r)] == whole.responses[std::size_t(w)]);
+          CHECK(std::ranges::equal(part.responses[std::size_t(r)], whole.responses[std::size_t(w)]));
           CHECK(part.finished[std::size_t(r)] == whole.finished[std::size_t(w)]);
         }
       }

@@ -49,6 +49,41 @@ TEST_CASE("the character tokenizer round-trips text and reserves pad and eos") {
   CHECK_THROWS_AS(CharTokenizer("aba"), std::invalid_argument);
 }
 
+TEST_CASE("token rows: rows of their own lengths in one buffer, as spans, and through msgpack with their offsets checked") {
+  const std::vector<std::vector<std::int32_t>> rows = {{3, 4, 5}, {}, {7}, {8, 9}};
+  TokenRows t(rows);
+  REQUIRE(t.size() == 4);
+  CHECK(t.values() == std::vector<std::int32_t>{3, 4, 5, 7, 8, 9});
+  CHECK(t.offsets() == std::vector<std::int64_t>{0, 3, 3, 4, 6});
+  CHECK(t[1].empty());
+  CHECK(t.at(3).size() == 2);
+  CHECK(t.at(3)[1] == 9);
+  CHECK_THROWS_AS(t.at(4), std::out_of_range);
+  CHECK(t.to_vectors() == rows);
+  std::size_t n = 0;
+  for (auto row : t) CHECK(std::vector<std::int32_t>(row.begin(), row.end()) == rows[n++]);
+  CHECK(n == 4);
+  CHECK(TokenRows{{3, 4, 5}, {}, {7}, {8, 9}} == t);
+  CHECK(TokenRows().empty());
+
+  RolloutBatch b;
+  b.responses = t;
+  auto back = troupe::decode_value<RolloutBatch>(troupe::encode_value(b));
+  CHECK(back.responses == t);
+  // Offsets a peer could send that do not fit the values: each a decode error.
+  const std::vector<std::vector<std::int64_t>> bad = {{}, {1, 2}, {0, 2, 1, 2}, {0, 1}, {0, 3}};
+  for (const auto& offsets : bad) {
+    CAPTURE(offsets.size());
+    troupe::Payload p;
+    troupe::detail::VectorWriter w{&p.bytes};
+    msgpack::packer<troupe::detail::VectorWriter> pk(w);
+    pk.pack_array(2);
+    pk.pack(std::vector<std::int32_t>{3, 4});
+    pk.pack(offsets);
+    CHECK_THROWS_AS(troupe::decode_value<TokenRows>(p), troupe::DecodeError);
+  }
+}
+
 TEST_CASE("the integer verifier reports format validity apart from correctness") {
   Reward reward(RewardConfig{"integer", 0.1f});
   auto r = reward.score({{"42", "42", true}, {"41", "42", true}, {"42", "42", false}, {"4a", "42", true},

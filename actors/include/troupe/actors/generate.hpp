@@ -19,7 +19,7 @@ struct Generation {
   at::Tensor attn_mask;       // [N, T] bool
   at::Tensor response_mask;   // [N, T] bool
   at::Tensor logprobs;        // [N, T] f32
-  std::vector<std::vector<std::int32_t>> responses;   // stop token excluded
+  TokenRows responses;                 // stop token excluded
   std::vector<std::uint8_t> finished;
   std::int32_t prompt_len = 0;
   std::int64_t generated_tokens = 0;

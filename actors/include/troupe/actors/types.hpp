@@ -7,8 +7,12 @@
 // real tokens. Per-token values at column t describe token t given tokens < t, so column 0 is 0.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <iterator>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -32,6 +36,64 @@ struct PolicyConfig {
   // program registers with TROUPE_MODEL, which reads the fields it needs.
   std::string architecture = "transformer";
   MSGPACK_DEFINE(vocab_size, context, layers, d_model, heads, d_ff, seed, scalar_heads, architecture);
+};
+
+// Rows of token ids, each its own length, in one buffer (a batch's responses): row i is
+// values()[offsets()[i], offsets()[i + 1]). A batch of any number of rows is two allocations, where
+// a vector per row made one per row, and again in each process that decoded it. Rows read as spans.
+class TokenRows {
+ public:
+  TokenRows() = default;
+  TokenRows(std::initializer_list<std::vector<std::int32_t>> rows);
+  explicit TokenRows(const std::vector<std::vector<std::int32_t>>& rows);
+
+  std::size_t size() const { return offsets_.size() - 1; }
+  bool empty() const { return size() == 0; }
+  std::span<const std::int32_t> operator[](std::size_t i) const {   // i < size()
+    return {values_.data() + offsets_[i], values_.data() + offsets_[i + 1]};
+  }
+  std::span<const std::int32_t> at(std::size_t i) const;   // throws std::out_of_range
+  void push_back(std::span<const std::int32_t> row);
+  void reserve(std::size_t rows, std::size_t values);
+  std::vector<std::vector<std::int32_t>> to_vectors() const;
+  const std::vector<std::int32_t>& values() const { return values_; }
+  const std::vector<std::int64_t>& offsets() const { return offsets_; }
+  bool operator==(const TokenRows&) const = default;
+
+  class const_iterator {   // the rows in order, as spans
+   public:
+    using iterator_category = std::forward_iterator_tag;
+    using value_type = std::span<const std::int32_t>;
+    using difference_type = std::ptrdiff_t;
+    using pointer = void;
+    using reference = value_type;
+    const_iterator() = default;
+    const_iterator(const TokenRows* rows, std::size_t i) : rows_(rows), i_(i) {}
+    value_type operator*() const { return (*rows_)[i_]; }
+    const_iterator& operator++() { ++i_; return *this; }
+    const_iterator operator++(int) { auto t = *this; ++i_; return t; }
+    bool operator==(const const_iterator& o) const { return i_ == o.i_; }
+
+   private:
+    const TokenRows* rows_ = nullptr;
+    std::size_t i_ = 0;
+  };
+  const_iterator begin() const { return {this, 0}; }
+  const_iterator end() const { return {this, size()}; }
+
+  // msgpack: [values, offsets]. Decoding checks the offsets (from 0, never decreasing, ending at
+  // the values' count): a peer's bad bytes are a decode error, not a row read out of bounds.
+  template <class Packer>
+  void msgpack_pack(Packer& pk) const {
+    pk.pack_array(2);
+    pk.pack(values_);
+    pk.pack(offsets_);
+  }
+  void msgpack_unpack(const msgpack::object& o);
+
+ private:
+  std::vector<std::int32_t> values_;
+  std::vector<std::int64_t> offsets_{0};
 };
 
 struct SamplingParams {
@@ -66,7 +128,7 @@ struct RolloutBatch {
   TensorView response_mask;   // [N, T] bool: generated tokens, the stop token included
   TensorView logprobs;        // [N, T] f32: log pi(token | prefix) at the sampling temperature (1 if greedy),
                               //   over the full (not top-p truncated) distribution; 0 off the response
-  std::vector<std::vector<std::int32_t>> responses;   // generated ids per row, stop token excluded
+  TokenRows responses;                                // generated ids per row, stop token excluded
   std::vector<std::uint8_t> finished;                 // 1 if the row emitted the stop token
   std::vector<std::int64_t> policy_version;           // per row (RL-1)
   std::int32_t prompt_len = 0;                        // P
