@@ -3,9 +3,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
+#include <ranges>
 
 #include "troupe/actors/reference.hpp"
 #include "troupe/actors/reward.hpp"
@@ -63,6 +66,8 @@ TEST_CASE("token rows: rows of their own lengths in one buffer, as spans, and th
   std::size_t n = 0;
   for (auto row : t) CHECK(std::vector<std::int32_t>(row.begin(), row.end()) == rows[n++]);
   CHECK(n == 4);
+  static_assert(std::ranges::forward_range<TokenRows>);
+  CHECK(std::ranges::equal(*std::ranges::next(t.begin(), 2), std::vector<std::int32_t>{7}));
   CHECK(TokenRows{{3, 4, 5}, {}, {7}, {8, 9}} == t);
   CHECK(TokenRows().empty());
 

@@ -1,8 +1,8 @@
 #include "troupe/transport/descriptor.hpp"
 
-#include "troupe/transport/data_plane.hpp"
-
 #include <cstring>
+
+#include "troupe/transport/data_plane.hpp"
 
 // Layout, version 1, all integers little-endian:
 //   u32 magic 'TRTD' | u8 version | u8 flags (bit 0: inline) | u8 dtype | u8 ndim

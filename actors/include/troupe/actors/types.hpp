@@ -60,9 +60,10 @@ class TokenRows {
   const std::vector<std::int64_t>& offsets() const { return offsets_; }
   bool operator==(const TokenRows&) const = default;
 
-  class const_iterator {   // the rows in order, as spans
+  class const_iterator {   // the rows in order, as spans (by value: an input iterator to the old rules)
    public:
-    using iterator_category = std::forward_iterator_tag;
+    using iterator_concept = std::forward_iterator_tag;
+    using iterator_category = std::input_iterator_tag;
     using value_type = std::span<const std::int32_t>;
     using difference_type = std::ptrdiff_t;
     using pointer = void;
