@@ -42,7 +42,7 @@ std::vector<std::int64_t> TensorView::contiguous_strides() const {
 
 bool TensorView::is_contiguous() const { return strides.empty() || strides == contiguous_strides(); }
 
-TensorView TensorView::empty(DType dtype, std::vector<std::int64_t> shape) {
+TensorView TensorView::uninitialized(DType dtype, std::vector<std::int64_t> shape) {
   TensorView t;
   t.dtype = dtype;
   t.shape = std::move(shape);
@@ -51,9 +51,14 @@ TensorView TensorView::empty(DType dtype, std::vector<std::int64_t> shape) {
   // 64-byte aligned so kernels and transports can use it directly.
   void* p = std::aligned_alloc(64, ((n + 63) / 64) * 64 + 64);
   if (p == nullptr) throw std::bad_alloc();
-  std::memset(p, 0, n);
   t.data = p;
   t.keep_alive = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  return t;
+}
+
+TensorView TensorView::empty(DType dtype, std::vector<std::int64_t> shape) {
+  TensorView t = uninitialized(dtype, std::move(shape));
+  std::memset(t.data, 0, t.nbytes());
   return t;
 }
 

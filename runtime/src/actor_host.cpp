@@ -307,8 +307,9 @@ void set_result(WireReply& reply, Payload& result, std::size_t inline_max) {
 }
 
 // A call from another process, answered on `sink`, `h.running` held: on its host's thread `self`,
-// or (null) on the thread of another host of its share group that took it (run_taken). Its token is checked here too (a call server fills in the one its
-// connection presented): hosts outside worker processes take none (SEC-1).
+// or (null) on the thread of another host of its share group that took it (run_taken). Its token
+// is checked here too (a call server fills in the one its connection presented): hosts outside
+// worker processes take none (SEC-1).
 void answer_remote(HostedObject& h, ActorCell& cell, WireCall& wc, const std::shared_ptr<ReplySink>& sink, Host* self) {
   struct Answered {
     RemoteCadence& c;

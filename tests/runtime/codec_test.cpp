@@ -1,7 +1,9 @@
 // msgpack encoding of arguments and results: user structs, nesting, tensors, hostile bytes.
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <map>
+#include <stdexcept>
 #include <optional>
 
 #include "troupe/codec.hpp"
@@ -55,6 +57,20 @@ TEST_CASE("per-member results (an elastic group's call_all) travel with each slo
   CHECK(done_back[0].ok());
   CHECK(done_back[1].error().code == troupe::ErrorCode::Timeout);
   CHECK_THROWS_AS(troupe::decode_value<std::vector<troupe::Status>>(troupe::encode_value(std::vector<int>{1})), troupe::DecodeError);
+}
+
+TEST_CASE("a fresh tensor owns 64-byte aligned bytes: empty's zeroed, uninitialized's left as they are") {
+  auto z = troupe::TensorView::empty(troupe::DType::F32, {3, 5});
+  auto u = troupe::TensorView::uninitialized(troupe::DType::I64, {7});
+  CHECK(u.shape == std::vector<std::int64_t>{7});
+  CHECK(u.nbytes() == 56);
+  CHECK(u.is_contiguous());
+  CHECK(u.keep_alive.get() == u.data);
+  CHECK(reinterpret_cast<std::uintptr_t>(u.data) % 64 == 0);
+  CHECK(reinterpret_cast<std::uintptr_t>(z.data) % 64 == 0);
+  for (int i = 0; i < 15; ++i) CHECK(z.data_as<float>()[i] == 0.0f);
+  CHECK_THROWS_AS(troupe::TensorView::uninitialized(troupe::DType::F32, {2, -1}), std::invalid_argument);
+  CHECK(troupe::TensorView::uninitialized(troupe::DType::U8, {0}).nbytes() == 0);
 }
 
 TEST_CASE("a tensor argument travels as a slot, not as bytes") {

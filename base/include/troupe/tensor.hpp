@@ -33,8 +33,10 @@ struct TensorView {
 
   template <class T> T* data_as() const { return static_cast<T*>(data); }
 
-  // A fresh, zero-initialised, contiguous tensor that owns its bytes.
+  // A fresh, zero-initialised, contiguous tensor that owns its bytes (64-byte aligned).
   static TensorView empty(DType dtype, std::vector<std::int64_t> shape);
+  // The same, its bytes not initialised: for a tensor its maker writes whole at once (a copy).
+  static TensorView uninitialized(DType dtype, std::vector<std::int64_t> shape);
   // A view of `data` kept alive by `owner` (contiguous unless strides are given).
   static TensorView wrap(void* data, DType dtype, std::vector<std::int64_t> shape,
                          std::shared_ptr<void> owner, std::vector<std::int64_t> strides = {});

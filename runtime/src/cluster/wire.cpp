@@ -1,27 +1,11 @@
 #include "cluster/wire.hpp"
 
-#include <cstdlib>
 #include <cstring>
-#include <memory>
-#include <new>
 
 #include "troupe/net/link.hpp"
 #include "troupe/transport/data_plane.hpp"
 
 namespace troupe::detail {
-namespace {
-
-// A tensor of its own holding the inline bytes at `bytes`: allocated as TensorView::empty does (64-byte
-// aligned), but written once, by the copy, not zeroed first.
-TensorView copy_of(const transport::TensorDescriptor& d, const char* bytes) {
-  const std::size_t n = std::size_t(d.nbytes);
-  void* p = std::aligned_alloc(64, ((n + 63) / 64) * 64 + 64);
-  if (p == nullptr) throw std::bad_alloc();
-  if (n > 0) std::memcpy(p, bytes, n);
-  return TensorView::wrap(p, d.dtype, d.shape, std::shared_ptr<void>(p, [](void* q) { std::free(q); }));
-}
-
-}  // namespace
 
 std::size_t inline_limit(const net::Link& link) {
   return link.has_lane() ? transport::kLaneInlineMaxBytes : transport::kInlineMaxBytes;
@@ -58,7 +42,9 @@ Payload from_wire(std::vector<char> bytes, const std::vector<std::vector<char>>&
     }
     auto& d = v.descriptor;
     if (d.is_inline) {
-      p.tensors.push_back(copy_of(d, v.inline_data));
+      auto t = TensorView::uninitialized(d.dtype, d.shape);   // written whole by the copy
+      if (d.nbytes > 0) std::memcpy(t.data, v.inline_data, std::size_t(d.nbytes));
+      p.tensors.push_back(std::move(t));
       continue;
     }
     try {
