@@ -20,13 +20,6 @@ struct CallRecord {
   std::chrono::steady_clock::time_point sent_at{};   // of that attempt
 };
 
-namespace {
-
-// How much a new reply time weighs in a method's average: a few calls follow a change of pace.
-constexpr double kReplyTimeWeight = 0.25;
-
-}  // namespace
-
 void CallRecordDeleter::operator()(CallRecord* r) const noexcept { delete r; }
 
 ActorCell::ActorCell(CellSpec spec, CallTableEnv env) : spec_(std::move(spec)), env_(env) {}
@@ -84,7 +77,7 @@ void ActorCell::submit(const char* method, Payload args, std::shared_ptr<StateBa
       local = route_;
       if (!claimed && !reply_times_.empty()) {   // its host runs it: when a long method's reply may come
         const ReplyTime* t = reply_time_locked(method);
-        if (t != nullptr && t->mean >= kLocalExpectFrom) call->expect_reply(std::chrono::steady_clock::now() + t->mean);
+        if (t != nullptr && t->typical >= kLocalExpectFrom) call->expect_reply(std::chrono::steady_clock::now() + t->typical);
       }
     }
   }
@@ -172,22 +165,32 @@ void ActorCell::deliver(Route& route, Pending p, std::vector<Unsendable>& unsend
   release(sent.regions);   // the call was answered already: the callee is done with them
 }
 
-ActorCell::ReplyTime* ActorCell::reply_time_locked(std::string_view method) {
+const ActorCell::ReplyTime* ActorCell::reply_time_locked(std::string_view method) const {
   auto t = std::find_if(reply_times_.begin(), reply_times_.end(), [&](const ReplyTime& x) { return x.method == method; });
   return t != reply_times_.end() ? &*t : nullptr;
 }
 
 void ActorCell::note_reply_time_locked(std::string_view method, std::chrono::nanoseconds took) {
-  if (ReplyTime* t = reply_time_locked(method)) {
-    t->mean += std::chrono::duration_cast<std::chrono::nanoseconds>((took - t->mean) * kReplyTimeWeight);
-  } else {
-    reply_times_.push_back(ReplyTime{std::string(method), took});
-  }
+  auto t = std::find_if(reply_times_.begin(), reply_times_.end(), [&](const ReplyTime& x) { return x.method == method; });
+  if (t == reply_times_.end()) t = reply_times_.insert(reply_times_.end(), ReplyTime{std::string(method)});
+  t->last[t->next] = took;
+  t->next = (t->next + 1) % kReplyTimes;
+  t->count = std::min(t->count + 1, kReplyTimes);
+  auto held = t->last;
+  const auto mid = held.begin() + std::ptrdiff_t((t->count - 1) / 2);
+  std::nth_element(held.begin(), mid, held.begin() + std::ptrdiff_t(t->count));
+  t->typical = *mid;
+}
+
+std::chrono::nanoseconds ActorCell::typical_reply_time(std::string_view method) const {
+  std::lock_guard lk(mu_);
+  const ReplyTime* t = reply_time_locked(method);
+  return t != nullptr ? t->typical : std::chrono::nanoseconds::zero();
 }
 
 void ActorCell::sending_locked(CallRecord& rec, StateBase& call) {
   rec.sent_at = std::chrono::steady_clock::now();
-  if (const ReplyTime* t = reply_time_locked(rec.method)) call.expect_reply(rec.sent_at + t->mean);
+  if (const ReplyTime* t = reply_time_locked(rec.method)) call.expect_reply(rec.sent_at + t->typical);
 }
 
 ActorCell::Pending ActorCell::take_for_send_locked(std::uint64_t seq, const Route* route) {
@@ -352,7 +355,7 @@ std::shared_ptr<StateBase> ActorCell::take(StateBase& call, const char* method, 
   {
     std::lock_guard lk(mu_);
     keep = unlink(call, &regions);
-    // A long run, or one of a method averaged already (so that its average follows it down).
+    // A long run, or one of a method timed already (so that its typical time follows it down).
     if (method != nullptr && (ran >= kLocalExpectFrom || (ran.count() > 0 && reply_time_locked(method) != nullptr)))
       note_reply_time_locked(method, ran);
   }

@@ -6,6 +6,7 @@
 // incarnation are ignored (FT-2). It knows no CAF and no socket: its routes and its env do.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -81,10 +82,13 @@ class ActorCell : public std::enable_shared_from_this<ActorCell> {
 
   // Local routes: the host completes the call it was handed. A call already done ignores it.
   // `ran`: how long the host ran the call's method `method`, when it timed it (actor_host.cpp:
-  // kLocalExpectFrom): the method's average tells later callers' waiters when to look for their
-  // replies (submit; StateBase::wait_until). Zero: not timed.
+  // kLocalExpectFrom): the method's typical time tells later callers' waiters when to look for
+  // their replies (submit; StateBase::wait_until). Zero: not timed.
   void complete(StateBase& call, const Payload& reply, const char* method = nullptr,
                 std::chrono::nanoseconds ran = std::chrono::nanoseconds::zero());
+  // When a call of `method` is expected to be answered, after it was sent (reply_times_); zero
+  // while none has been timed.
+  std::chrono::nanoseconds typical_reply_time(std::string_view method) const;
   void fail_call(StateBase& call, Error error);
   // Remote routes: the call that a reply of (incarnation, seq) answers, taken out of the table
   // (its regions released, its deadline cancelled) for the caller to complete; null when no
@@ -152,11 +156,14 @@ class ActorCell : public std::enable_shared_from_this<ActorCell> {
   Pending take_for_send_locked(std::uint64_t seq, const Route* route);
   // mu_ held: an attempt of the call goes out now; its waiter learns when to expect the reply.
   void sending_locked(CallRecord& rec, StateBase& call);
-  struct ReplyTime {   // a method's average reply time (reply_times_)
+  static constexpr std::size_t kReplyTimes = 5;
+  struct ReplyTime {   // a method's latest reply times (reply_times_)
     std::string method;
-    std::chrono::nanoseconds mean{0};
+    std::array<std::chrono::nanoseconds, kReplyTimes> last{};   // a ring: `count` of them hold one
+    std::size_t count = 0, next = 0;                              // next: where the next one goes
+    std::chrono::nanoseconds typical{0};   // their median (of an even count, the shorter middle one)
   };
-  ReplyTime* reply_time_locked(std::string_view method);   // mu_ held; null: none yet
+  const ReplyTime* reply_time_locked(std::string_view method) const;   // mu_ held; null: none yet
   void note_reply_time_locked(std::string_view method, std::chrono::nanoseconds took);   // mu_ held
   void fail_all(std::vector<std::shared_ptr<StateBase>>& calls, std::vector<std::uint64_t>& regions,
                 const Error& error);
@@ -178,9 +185,15 @@ class ActorCell : public std::enable_shared_from_this<ActorCell> {
   Error death_error_;   // what every call fails with once dead
   Served served_;
   std::unordered_map<std::uint64_t, StateBase*> recorded_;   // calls with a CallRecord, by seq
-  // Per method, how long its calls took (a moving average): on a remote route from send to reply,
-  // on a local one the host's run of a long method (kLocalExpectFrom). Each new call tells its
-  // waiter when to expect the reply (StateBase::expect_reply). An actor has a few methods: looked
+  // Per method, how long its calls took: on a remote route from send to reply, on a local one the
+  // host's run of a long method (kLocalExpectFrom). Each new call tells its waiter when to expect
+  // the reply (StateBase::expect_reply): the median of the method's last kReplyTimes. A method's
+  // first call is often many times its later ones (first-touch page faults, allocations, cold
+  // caches: rl_step's first DPO generate through a worker process took 41 ms, the next ones ~11
+  // ms), and the moving average this was before took ten calls and more to forget one, its waiters
+  // meanwhile asleep well past their replies (each then woken by the replier: ~50 us of that
+  // thread's time and ~100-300 us to wake on a small VM, 2026-12-06). The median forgets it
+  // after two calls, and follows a change of pace after three. An actor has a few methods: looked
   // for in order.
   std::vector<ReplyTime> reply_times_;
 

@@ -252,6 +252,35 @@ TEST_CASE("call table: calls made before the first bind are sent at it, in order
   CHECK(c.result().error().message == "no");
 }
 
+TEST_CASE("call table: a method's expected reply time is its last runs' median: a slow first run is forgotten after two") {
+  Table t(0);
+  auto route = std::make_shared<FakeRoute>(0, /*local=*/true);
+  t.cell->bind(route);
+  CHECK(t.cell->typical_reply_time("m") == 0ns);   // none timed yet
+  auto run = [&](std::chrono::nanoseconds ran) {   // a call of m whose host ran it this long
+    auto f = t.call("m");
+    REQUIRE(route->states.size() >= 1);
+    t.cell->complete(*route->states.back(), troupe::encode_value(1), "m", ran);
+    CHECK(f.get() == 1);
+  };
+  run(100ms);   // a cold first run
+  CHECK(t.cell->typical_reply_time("m") == 100ms);
+  run(1ms);     // of two, the shorter
+  CHECK(t.cell->typical_reply_time("m") == 1ms);
+  run(2ms);
+  run(1ms);
+  CHECK(t.cell->typical_reply_time("m") == 1ms);   // {100, 1, 2, 1}: the shorter middle one
+  run(3ms);
+  CHECK(t.cell->typical_reply_time("m") == 2ms);   // {100, 1, 2, 1, 3}
+  // A change of pace is followed after three runs (of the five kept), and the oldest drop out.
+  run(10ms);
+  run(10ms);
+  CHECK(t.cell->typical_reply_time("m") == 3ms);   // {2, 1, 3, 10, 10}
+  run(10ms);
+  CHECK(t.cell->typical_reply_time("m") == 10ms);   // {1, 3, 10, 10, 10}
+  CHECK(t.cell->typical_reply_time("other") == 0ns);
+}
+
 TEST_CASE("call table: a route that breaks under a live actor hands its calls to its fallback") {
   Table t(0);
   auto fallback = std::make_shared<FakeRoute>(1);
