@@ -191,6 +191,15 @@ Producer::Put Producer::put(const iovec* parts, int count, std::size_t total, Cl
     c_.waiting.store(0);
   }
   const std::uint64_t before = head_;
+  // Rewinding (lane.hpp): the consumer has taken every frame (and cannot take more until this
+  // one is published), and this one fits before the current offset.
+  if (const std::uint64_t off = head_ % cap_; off != 0 && cap_ - off >= kFrameHeader && total <= off &&
+                                               c_.tail.load(std::memory_order_acquire) == head_) {
+    char skip[kFrameHeader];
+    put_header(skip, std::uint32_t(cap_ - off - kFrameHeader), kSkip, 0);
+    copy_to_ring(data_, cap_, head_, skip, sizeof skip);
+    head_ += cap_ - off;
+  }
   for (int i = 0; i < count; ++i) {
     copy_to_ring(data_, cap_, head_, static_cast<const char*>(parts[i].iov_base), parts[i].iov_len);
     head_ += parts[i].iov_len;
@@ -230,11 +239,21 @@ Consumer::Consumer(std::shared_ptr<Mapping> map, int ring)
     : map_(std::move(map)), c_(map_->control(ring)), data_(map_->data(ring)), cap_(map_->capacity()) {}
 
 Consumer::Got Consumer::next(std::uint32_t max_body, char& kind, std::uint8_t& flags, std::vector<char>& body) {
-  const std::uint64_t avail = c_.head.load() - tail_;   // seq_cst: after a failed try_lock too (Lane::drain)
+  std::uint64_t avail = c_.head.load() - tail_;   // seq_cst: after a failed try_lock too (Lane::drain)
   if (avail == 0) return Got::None;
   if (avail > cap_ || avail < kFrameHeader) return Got::Broken;   // frames are published whole
   unsigned char h[kFrameHeader];
   copy_from_ring(data_, cap_, tail_, reinterpret_cast<char*>(h), sizeof h);
+  if (h[4] == static_cast<unsigned char>(kSkip)) {   // the producer went back to the ring's start
+    const std::uint32_t n = get_le<std::uint32_t>(reinterpret_cast<const char*>(h));
+    const std::uint64_t span = kFrameHeader + std::uint64_t(n) - 2;
+    // It ends at the ring's end, and the frame published with it follows.
+    if (n < 2 || (tail_ + span) % cap_ != 0 || span + kFrameHeader > avail) return Got::Broken;
+    tail_ += span;
+    avail -= span;
+    copy_from_ring(data_, cap_, tail_, reinterpret_cast<char*>(h), sizeof h);
+    if (h[4] == static_cast<unsigned char>(kSkip)) return Got::Broken;   // one skip per frame at most
+  }
   const auto size = parse_header(h, max_body, kind, flags);
   if (!size || kFrameHeader + *size > avail) return Got::Broken;
   body.resize(*size);

@@ -24,6 +24,7 @@
 #include "troupe/error.hpp"
 #include "troupe/net/address.hpp"
 #include "troupe/net/link.hpp"
+#include "frame_header.hpp"   // white-box: a frame's header
 #include "lane.hpp"   // white-box: a lane file's header
 
 namespace net = troupe::net;
@@ -731,6 +732,68 @@ TEST_CASE("lanes: a file of another layout (a peer of another build) is refused,
     FAIL("a lane of another layout was opened");
   } catch (const std::runtime_error& e) {
     CHECK(std::string(e.what()).find("layout 0") != std::string::npos);
+  }
+}
+
+TEST_CASE("lanes: a frame that finds its ring empty goes back to the ring's start behind a skip, and only then") {
+  namespace lane = net::lane;
+  auto map = lane::Mapping::create(lane::kCapacity);
+  lane::Producer out(map, 0);
+  lane::Consumer in(map, 0);
+  const std::atomic<bool> stop{false};
+  const auto cap = lane::kCapacity, head = std::uint64_t(net::kFrameHeader);
+  auto put = [&](const std::vector<char>& body) {
+    iovec part{const_cast<char*>(body.data()), body.size()};
+    char header[net::kFrameHeader];
+    net::put_header(header, std::uint32_t(body.size()), 'm', 0);
+    iovec parts[2] = {{header, sizeof header}, part};
+    const auto r = out.put(parts, 2, sizeof header + body.size(), std::chrono::steady_clock::now() + 5s, stop);
+    REQUIRE((r == lane::Producer::Put::Ok || r == lane::Producer::Put::Ring));
+  };
+  auto take = [&](const std::vector<char>& want) {
+    char kind = 0;
+    std::uint8_t flags = 0;
+    std::vector<char> got;
+    REQUIRE(in.next(1u << 20, kind, flags, got) == lane::Consumer::Got::Frame);
+    CHECK(kind == 'm');
+    CHECK(got == want);
+  };
+  const auto a = pattern(100000, 1), b = pattern(50000, 2), c = pattern(60000, 3), d = pattern(10, 4);
+  put(a);   // at the ring's start: nothing to skip
+  CHECK(in.published() == head + a.size());
+  take(a);
+  put(b);   // the ring is empty and b fits before a's end: back to the start
+  CHECK(in.published() == cap + head + b.size());
+  take(b);
+  CHECK_FALSE(in.pending());
+  put(c);   // empty, but c does not fit before b's end: on from there
+  CHECK(in.published() == cap + 2 * head + b.size() + c.size());
+  put(d);   // c not taken yet: on behind it, though d would fit
+  CHECK(in.published() == cap + 3 * head + b.size() + c.size() + d.size());
+  take(c);
+  take(d);
+  put(d);   // empty again: back to the start
+  CHECK(in.published() == 2 * cap + head + d.size());
+  take(d);
+  char kind = 0;
+  std::uint8_t flags = 0;
+  std::vector<char> got;
+  CHECK(in.next(1u << 20, kind, flags, got) == lane::Consumer::Got::None);
+  SUBCASE("a skip that does not end at the ring's end, or with no frame behind it, is malformed") {
+    put(a);   // ring offset 16 + 100006: the next goes from there
+    take(a);
+    // Written by hand where the next frame would go: a skip of 64 bytes, then a frame.
+    const std::uint64_t at = in.published() % cap;
+    char* ring = map->data(0);
+    net::put_header(ring + at, 64, lane::kSkip, 0);
+    net::put_header(ring + at + head + 64, 1, 'm', 0);
+    const std::uint64_t taken = in.published();
+    map->control(0).head.store(taken + 2 * head + 64 + 1);
+    CHECK(in.next(1u << 20, kind, flags, got) == lane::Consumer::Got::Broken);
+    // One that ends at the ring's end, with nothing published behind it.
+    net::put_header(ring + at, std::uint32_t(cap - at - head), lane::kSkip, 0);
+    map->control(0).head.store(taken + (cap - at));
+    CHECK(in.next(1u << 20, kind, flags, got) == lane::Consumer::Got::Broken);
   }
 }
 
