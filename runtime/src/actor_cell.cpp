@@ -171,8 +171,8 @@ const ActorCell::ReplyTime* ActorCell::reply_time_locked(std::string_view method
 }
 
 void ActorCell::note_reply_time_locked(std::string_view method, std::chrono::nanoseconds took) {
-  auto t = std::find_if(reply_times_.begin(), reply_times_.end(), [&](const ReplyTime& x) { return x.method == method; });
-  if (t == reply_times_.end()) t = reply_times_.insert(reply_times_.end(), ReplyTime{std::string(method)});
+  ReplyTime* t = reply_time_locked(method);
+  if (t == nullptr) t = &reply_times_.emplace_back(ReplyTime{std::string(method)});
   t->last[t->next] = took;
   t->next = (t->next + 1) % kReplyTimes;
   t->count = std::min(t->count + 1, kReplyTimes);

@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "deadline_timer.hpp"
@@ -164,6 +165,9 @@ class ActorCell : public std::enable_shared_from_this<ActorCell> {
     std::chrono::nanoseconds typical{0};   // their median (of an even count, the shorter middle one)
   };
   const ReplyTime* reply_time_locked(std::string_view method) const;   // mu_ held; null: none yet
+  ReplyTime* reply_time_locked(std::string_view method) {
+    return const_cast<ReplyTime*>(std::as_const(*this).reply_time_locked(method));
+  }
   void note_reply_time_locked(std::string_view method, std::chrono::nanoseconds took);   // mu_ held
   void fail_all(std::vector<std::shared_ptr<StateBase>>& calls, std::vector<std::uint64_t>& regions,
                 const Error& error);

@@ -127,15 +127,14 @@ std::vector<char> encode_inline(const TensorView& t) {
   const std::uint64_t n = checked_nbytes(t.dtype, t.shape);
   if (n > kLaneInlineMaxBytes) bad("inline payload too large");
   if (n > 0 && t.data == nullptr) bad("tensor view without data");
+  if (n > 0 && !t.is_contiguous()) return encode(inline_descriptor(t));   // strided: gathered there first
   std::vector<char> out;
   out.reserve(64 + t.shape.size() * 8 + n);
   Writer w(out);
   put_head(w, t.dtype, t.shape, n, true);
   w.put(std::uint32_t(n));
-  if (n == 0) return out;
-  if (!t.is_contiguous()) return encode(inline_descriptor(t));   // strided: gathered there first
   const char* from = static_cast<const char*>(t.data);
-  out.insert(out.end(), from, from + n);
+  if (n > 0) out.insert(out.end(), from, from + n);
   return out;
 }
 
